@@ -1,0 +1,1 @@
+"""fastrag: async retrieval SDK."""

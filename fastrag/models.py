@@ -1,0 +1,128 @@
+"""The :class:`Document` that flows through every stage, and its reserved metadata keys.
+
+A stage that ranks documents (a store search, a fusion, a reranker) returns *copies* stamped with
+``score`` and ``rank``; it never mutates its input. Fusion and reranking also record, per branch, the
+score and rank each document had there under ``branches``, so a user can see why it ranks where it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "BRANCHES",
+    "CHUNK_INDEX",
+    "CONTENT_HASH",
+    "LANGUAGE",
+    "PARENT_ID",
+    "RANK",
+    "RESERVED_KEYS",
+    "SCORE",
+    "SOURCE_URI",
+    "TITLE",
+    "BranchResult",
+    "Document",
+]
+
+SOURCE_URI = "source_uri"
+"""Where the text came from (a file path relative to the indexed root, or a URL); the citation target."""
+TITLE = "title"
+"""A human-readable title: the file's first heading, or the BEIR title."""
+SCORE = "score"
+"""The score from the stage that produced this copy; higher is better; its range depends on the stage."""
+RANK = "rank"
+"""Zero-based position in the list the stage returned (0 is best)."""
+LANGUAGE = "language"
+"""ISO 639-1 code of the text's language (``"en"``, ``"de"``, ``"zh"``), when known."""
+CHUNK_INDEX = "chunk_index"
+"""Zero-based position of this chunk within its parent document."""
+PARENT_ID = "parent_id"
+"""Id of the parent document (the whole file) this chunk was cut from."""
+CONTENT_HASH = "content_hash"
+"""SHA-256 of the parent file's bytes; lets re-indexing skip unchanged files."""
+BRANCHES = "branches"
+"""Per-branch provenance of a fused or reranked document: ``{branch_name: {"score": s, "rank": r}}``.
+A branch that did not return the document is absent from the mapping."""
+
+RESERVED_KEYS = frozenset({SOURCE_URI, TITLE, SCORE, RANK, LANGUAGE, CHUNK_INDEX, PARENT_ID, CONTENT_HASH, BRANCHES})
+
+
+@dataclass(frozen=True, slots=True)
+class BranchResult:
+    """Where one branch placed a document: its score there (higher is better) and zero-based rank."""
+
+    score: float | None
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A unit of retrievable text.
+
+    Attributes:
+        id: unique within a store; upserting the same id replaces the document.
+        content: the text that is embedded and indexed for BM25.
+        metadata: JSON-like values (str, int, float, bool, lists of those, nested mappings). The keys in
+            :data:`RESERVED_KEYS` have fixed meanings. Stored as a read-only mapping.
+    """
+
+    id: str
+    content: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"Document.id must be a non-empty string, got {self.id!r}")
+        if not isinstance(self.content, str):
+            raise ValueError(f"Document.content must be a string, got {type(self.content).__name__}")
+        if not isinstance(self.metadata, Mapping):
+            raise ValueError(f"Document.metadata must be a mapping, got {type(self.metadata).__name__}")
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+
+    @property
+    def score(self) -> float | None:
+        """The score stamped by the last ranking stage, or ``None``."""
+        value = self.metadata.get(SCORE)
+        return None if value is None else float(value)
+
+    @property
+    def rank(self) -> int | None:
+        """The zero-based rank stamped by the last ranking stage, or ``None``."""
+        value = self.metadata.get(RANK)
+        return None if value is None else int(value)
+
+    @property
+    def source_uri(self) -> str | None:
+        """The document's provenance, or ``None``."""
+        return self.metadata.get(SOURCE_URI)
+
+    @property
+    def branches(self) -> Mapping[str, BranchResult]:
+        """Per-branch score and rank for a fused or reranked document; empty otherwise."""
+        raw = self.metadata.get(BRANCHES) or {}
+        return {name: BranchResult(score=v.get("score"), rank=int(v["rank"])) for name, v in raw.items()}
+
+    def with_metadata(self, **updates: Any) -> Document:
+        """Return a copy whose metadata has ``updates`` merged in; this document is unchanged."""
+        merged = dict(self.metadata)
+        merged.update(updates)
+        return Document(id=self.id, content=self.content, metadata=merged)
+
+    def ranked(self, *, score: float | None, rank: int) -> Document:
+        """Return a copy stamped with ``score`` and zero-based ``rank``."""
+        return self.with_metadata(**{SCORE: score, RANK: rank})
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: ``{"id", "content", "metadata"}``."""
+        return {"id": self.id, "content": self.content, "metadata": _plain(self.metadata)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

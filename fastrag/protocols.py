@@ -1,0 +1,155 @@
+"""The plug-in boundaries of fastrag, as structural :class:`typing.Protocol` types.
+
+Third-party classes conform by shape; they never need to import fastrag. Every method is async; anything
+blocking runs off the event loop inside the implementation. Arguments after the first are keyword-only.
+
+Scores: every search returns documents best first, stamped (on copies) with ``metadata["score"]``
+(higher is better) and zero-based ``metadata["rank"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from fastrag.filters import FilterLike
+from fastrag.models import Document
+
+__all__ = [
+    "Embedder",
+    "LexicalStore",
+    "RankFusion",
+    "Reranker",
+    "Retriever",
+    "SupportsGet",
+    "VectorStore",
+]
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """A store of documents with dense vectors, searched by k-NN."""
+
+    async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
+        """Insert or replace ``documents`` by id, atomically.
+
+        Args:
+            documents: the documents to write.
+            embeddings: ``(len(documents), dim)`` float32, one row per document, L2-normalised for cosine.
+
+        Raises:
+            DimensionMismatchError: a row's width differs from the store's dimension.
+            BackendError: the write failed; nothing was written.
+        """
+        ...
+
+    async def search_vector(
+        self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None
+    ) -> list[Document]:
+        """The ``k`` documents nearest to ``embedding`` (shape ``(dim,)``) among those matching ``filter``.
+
+        The filter is applied before ranking: when at least ``k`` documents match, ``k`` come back.
+        Scores are cosine similarity in [-1, 1], higher is better.
+        """
+        ...
+
+    async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:
+        """Delete the documents with these ``ids`` and/or matching ``filter``; return how many were removed."""
+        ...
+
+    async def count(self, *, filter: FilterLike | None = None) -> int:
+        """How many documents the store holds (matching ``filter`` when given)."""
+        ...
+
+
+@runtime_checkable
+class LexicalStore(Protocol):
+    """A store of documents searched by full text (BM25)."""
+
+    async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
+        """Insert or replace ``documents`` by id, atomically (``embeddings`` may be ignored)."""
+        ...
+
+    async def search_text(self, query: str, *, k: int, filter: FilterLike | None = None) -> list[Document]:
+        """The ``k`` best BM25 matches for ``query`` among documents matching ``filter``.
+
+        A document sharing no analysed term with the query is never returned. Scores are BM25,
+        unbounded, higher is better.
+        """
+        ...
+
+    async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:
+        """Delete the documents with these ``ids`` and/or matching ``filter``; return how many were removed."""
+        ...
+
+    async def count(self, *, filter: FilterLike | None = None) -> int:
+        """How many documents the store holds (matching ``filter`` when given)."""
+        ...
+
+
+@runtime_checkable
+class SupportsGet(Protocol):
+    """Optional store capability: read documents back by id or by filter (used by re-indexing)."""
+
+    async def get(
+        self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None, limit: int | None = None
+    ) -> list[Document]:
+        """Documents with these ``ids`` and/or matching ``filter``, in id order."""
+        ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns text into dense vectors."""
+
+    @property
+    def dimension(self) -> int:
+        """Width of every vector this embedder returns."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """A stable identifier of the model (stores record it to refuse mixing models)."""
+        ...
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dimension)`` float32, L2-normalised rows, for indexing."""
+        ...
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """``(dimension,)`` float32, L2-normalised, for searching."""
+        ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Re-scores candidates against the query (a cross-encoder, an API, ...)."""
+
+    async def rerank(self, query: str, documents: Sequence[Document], *, k: int | None = None) -> list[Document]:
+        """Return copies of ``documents`` best first, stamped with the reranker's score; at most ``k``."""
+        ...
+
+
+@runtime_checkable
+class RankFusion(Protocol):
+    """Combines several ranked lists into one."""
+
+    def fuse(self, results: Mapping[str, Sequence[Document]], *, k: int | None = None) -> list[Document]:
+        """Fuse ``{branch_name: ranked documents}`` into one list, best first, at most ``k`` long.
+
+        Each returned document is a copy stamped with the fused ``score`` and ``rank``, and under
+        ``metadata["branches"]`` with the score and rank it had in every branch that returned it.
+        The result must not depend on the order of ``results``.
+        """
+        ...
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Turns a question into documents, best first."""
+
+    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:
+        """Up to ``k`` documents for ``query`` matching ``filter``, best first."""
+        ...
