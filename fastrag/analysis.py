@@ -1,0 +1,105 @@
+"""Text analysis for BM25: Unicode tokens, stopwords, Snowball stemming, CJK bigrams.
+
+The same :class:`Analyzer` turns documents into index terms and questions into query terms, so both sides
+always agree. Steps, in order:
+
+1. Unicode NFKC normalisation and case folding (``"Straße"`` -> ``"strasse"``, full-width -> ASCII).
+2. Tokens are maximal runs of letters and digits (Unicode-aware: Cyrillic, Greek, accented Latin, ...).
+3. Runs of CJK ideographs, kana and hangul, which have no spaces between words, become overlapping
+   character bigrams (a one-character run stays a unigram), as Lucene's ``CJKAnalyzer`` does. A Chinese
+   question then finds Chinese documents through the bigrams they share.
+4. Stopwords are dropped (English: Lucene's ``EnglishAnalyzer`` default set).
+5. Every other token is stemmed with the Snowball stemmer of the language (Porter 2001,
+   https://snowballstem.org/), through the ``snowballstemmer`` package (which uses PyStemmer's C code
+   when it is installed).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+import snowballstemmer
+
+from fastrag.errors import InvalidParameterError
+
+__all__ = ["ENGLISH_STOPWORDS", "SNOWBALL_LANGUAGES", "Analyzer"]
+
+# Lucene EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (org.apache.lucene.analysis.en), 33 words.
+ENGLISH_STOPWORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
+    "these they this to was will with".split()
+)
+
+# ISO 639-1 code -> Snowball algorithm name (the languages snowballstemmer ships).
+SNOWBALL_LANGUAGES: dict[str, str] = {
+    "ar": "arabic", "ca": "catalan", "da": "danish", "de": "german", "el": "greek", "en": "english",
+    "es": "spanish", "eu": "basque", "fi": "finnish", "fr": "french", "ga": "irish", "hi": "hindi",
+    "hu": "hungarian", "hy": "armenian", "id": "indonesian", "it": "italian", "lt": "lithuanian",
+    "ne": "nepali", "nl": "dutch", "no": "norwegian", "pt": "portuguese", "ro": "romanian",
+    "ru": "russian", "sr": "serbian", "sv": "swedish", "ta": "tamil", "tr": "turkish", "yi": "yiddish",
+}
+
+_CJK = (
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs, extension A, compatibility
+    "\uac00-\ud7af"  # hangul syllables
+    "\U00020000-\U0002fa1f"  # CJK extensions B-F, compatibility supplement
+)
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+_CJK_RUN = re.compile(rf"[{_CJK}]+")
+
+
+class Analyzer:
+    """Turns text into BM25 terms.
+
+    Args:
+        language: ISO 639-1 code choosing the stemmer (and, for ``"en"``, the stopword list). ``None``
+            disables stemming. Unknown codes raise.
+        stem: apply the Snowball stemmer of ``language``.
+        stopwords: drop stopwords (only English has a list; other languages keep every token).
+
+    Raises:
+        InvalidParameterError: ``language`` has no Snowball stemmer.
+    """
+
+    def __init__(self, language: str | None = "en", *, stem: bool = True, stopwords: bool = True) -> None:
+        if language is not None and language not in SNOWBALL_LANGUAGES:
+            raise InvalidParameterError(
+                f"no Snowball stemmer for language {language!r}; known: {', '.join(sorted(SNOWBALL_LANGUAGES))}"
+            )
+        self.language = language
+        self.stem = stem and language is not None
+        self.stopwords = ENGLISH_STOPWORDS if (stopwords and language == "en") else frozenset()
+        self._stem_word = _stemmer(language) if self.stem else None
+
+    def __repr__(self) -> str:
+        return f"Analyzer(language={self.language!r}, stem={self.stem}, stopwords={bool(self.stopwords)})"
+
+    def analyze(self, text: str) -> list[str]:
+        """The terms of ``text``, in order, with repeats (term frequency matters to BM25)."""
+        text = unicodedata.normalize("NFKC", text).casefold()
+        terms: list[str] = []
+        for token in _TOKEN.findall(text):
+            if _CJK_RUN.fullmatch(token):
+                terms.extend(_bigrams(token))
+            elif token not in self.stopwords:
+                terms.append(self._stem_word(token) if self._stem_word else token)
+        return terms
+
+
+def _bigrams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def _stemmer(language: str | None):  # noqa: ANN202 - returns a cached callable
+    stemmer = snowballstemmer.stemmer(SNOWBALL_LANGUAGES[language])  # type: ignore[index]
+
+    @lru_cache(maxsize=200_000)
+    def stem_word(word: str) -> str:
+        return stemmer.stemWord(word)
+
+    return stem_word

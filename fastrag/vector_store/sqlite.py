@@ -1,0 +1,487 @@
+"""The embedded default store: one SQLite file with documents, metadata, vectors and a BM25 index.
+
+``SQLiteVectorStore`` implements both :class:`~fastrag.protocols.VectorStore` (exact cosine k-NN with
+numpy) and :class:`~fastrag.protocols.LexicalStore` (BM25 through SQLite's FTS5 extension), so one open
+store serves both branches of a hybrid retriever. It needs no server and nothing beyond the standard
+library and numpy.
+
+Design:
+
+- **BM25** is FTS5's built-in ``bm25()`` (k1 = 1.2, b = 0.75, Robertson-Spärck Jones IDF; see
+  https://www.sqlite.org/fts5.html#the_bm25_function). FTS5 indexes the terms produced by
+  :class:`~fastrag.analysis.Analyzer` (stemmed, stopwords removed, CJK bigrams) rather than raw text, so the
+  analysis is ours and the same on both sides. Each term is quoted in the FTS5 query and the terms are
+  OR-ed, so only documents sharing at least one term with the query are returned.
+- **k-NN** is exact: the vectors of the documents that pass the filter are scored with one matrix product.
+  The filter is applied before ranking, so a filtered top-k is never short while enough documents match.
+- **Filters** are evaluated inside SQLite by a registered function that runs :func:`fastrag.filters.matches`
+  on each row's metadata. The store therefore has exactly the reference semantics by construction (type
+  rules, missing keys, ISO-8601 dates), which a translation to ``json_extract`` SQL could not guarantee.
+- **Writes** are single transactions: an interrupted upsert or delete leaves the previous state. File
+  databases use the WAL journal. Every call runs in a worker thread, serialised on one connection.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import numpy as np
+
+from fastrag.analysis import Analyzer
+from fastrag.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigurationError,
+    DimensionMismatchError,
+    InvalidParameterError,
+)
+from fastrag.filters import Filter, FilterLike, dump_filter, matches, parse_filter
+from fastrag.models import Document
+
+__all__ = ["SQLiteVectorStore"]
+
+_SCHEMA_VERSION = "1"
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    content TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    embedding BLOB
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS documents_fts USING fts5(terms, tokenize = 'ascii');
+"""
+
+
+@lru_cache(maxsize=256)
+def _parsed_filter(filter_json: str) -> Filter | None:
+    return parse_filter(filter_json)
+
+
+def _sql_match(filter_json: str, metadata_json: str) -> int:
+    return int(matches(_parsed_filter(filter_json), json.loads(metadata_json)))
+
+
+class SQLiteVectorStore:
+    """Documents, vectors and a BM25 index in one SQLite database.
+
+    Args:
+        path: a database file (created with its parent folders if missing) or ``":memory:"``.
+        dimension: expected vector width; when ``None`` it is fixed by the first write with embeddings.
+            A file remembers its dimension; reopening it with another raises.
+        embedding_model: the name of the embedder whose vectors the store holds; recorded on first use,
+            and reopening with a different name raises, so vectors of two models are never mixed.
+        analyzer: the BM25 text analysis (default: English stemming and stopwords, CJK bigrams). A file
+            remembers its analyzer's language; reopening it with another raises.
+
+    Raises:
+        BackendUnavailableError: the file cannot be opened or is not a fastrag database.
+        ConfigurationError: ``dimension``, ``embedding_model`` or the analyzer differ from the file's.
+
+    Example::
+
+        async with SQLiteVectorStore(":memory:") as store:
+            await store.upsert([Document(id="1", content="BM25 ranks documents")])
+            hits = await store.search_text("ranking", k=5)
+    """
+
+    def __init__(
+        self,
+        path: str | Path = ":memory:",
+        *,
+        dimension: int | None = None,
+        embedding_model: str | None = None,
+        analyzer: Analyzer | None = None,
+    ) -> None:
+        if dimension is not None and (not isinstance(dimension, int) or dimension <= 0):
+            raise InvalidParameterError(f"dimension must be a positive int, got {dimension!r}")
+        self.path = str(path)
+        self.analyzer = analyzer or Analyzer()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._conn = self._open(self.path)
+        self._matrix_version = -1
+        self._version = 0
+        self._matrix: np.ndarray = np.zeros((0, 0), dtype=np.float32)
+        self._matrix_rowids: np.ndarray = np.zeros(0, dtype=np.int64)
+        try:
+            self.dimension: int | None = self._check_meta("dimension", dimension, int)
+            self.embedding_model: str | None = self._check_meta("embedding_model", embedding_model, str)
+            self._check_meta("analyzer_language", self.analyzer.language or "none", str)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __repr__(self) -> str:
+        return f"SQLiteVectorStore({self.path!r})"
+
+    def _open(self, path: str) -> sqlite3.Connection:
+        try:
+            if path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            conn.create_function("fastrag_match", 2, _sql_match, deterministic=True)
+            if path != ":memory:":
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if version is None:
+                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (_SCHEMA_VERSION,))
+            elif version[0] != _SCHEMA_VERSION:
+                raise BackendUnavailableError(f"unsupported schema version {version[0]}", store=path)
+        except (sqlite3.Error, OSError) as exc:
+            raise BackendUnavailableError(f"cannot open SQLite store: {exc}", store=path) from exc
+        return conn
+
+    def _check_meta(self, key: str, wanted: Any, kind: type) -> Any:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            if wanted is not None:
+                self._conn.execute("INSERT INTO meta VALUES (?, ?)", (key, str(wanted)))
+            return wanted
+        stored = kind(row[0])
+        if wanted is not None and stored != wanted:
+            raise ConfigurationError(
+                f"{self.path}: the store was built with {key}={stored!r}, not {wanted!r}; "
+                "use a new store or the same settings"
+            )
+        return stored
+
+    async def __aenter__(self) -> SQLiteVectorStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the database. Idempotent."""
+        await anyio.to_thread.run_sync(self._close_sync)
+
+    def _close_sync(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        def call() -> T:
+            with self._lock:
+                if self._closed:
+                    raise BackendUnavailableError("store is closed", store=self.path)
+                try:
+                    return fn(*args)
+                except sqlite3.Error as exc:
+                    raise BackendError(f"SQLite error: {exc}", store=self.path) from exc
+
+        return await anyio.to_thread.run_sync(call)
+
+    # ------------------------------------------------------------------ writes
+
+    async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
+        """Insert or replace ``documents`` by id in one transaction.
+
+        Args:
+            documents: the documents; their ``content`` and ``metadata["title"]`` are indexed for BM25.
+                Metadata must be JSON-serialisable.
+            embeddings: ``(len(documents), dim)`` float32 (other float dtypes are converted), finite.
+                ``None`` stores the documents without vectors: they are found by BM25 but not by k-NN.
+
+        Raises:
+            DimensionMismatchError: the width differs from the store's dimension, or the row count from
+                ``len(documents)``.
+            InvalidParameterError: a vector holds NaN or infinity, an id repeats, or metadata is not JSON.
+            BackendError: SQLite failed; nothing was written.
+        """
+        docs = list(documents)
+        if not docs:
+            return
+        ids = [d.id for d in docs]
+        if len(set(ids)) != len(ids):
+            raise InvalidParameterError("upsert got the same document id twice in one call")
+        blobs = self._embedding_blobs(embeddings, len(docs))
+        try:
+            rows = [
+                (d.id, d.content, json.dumps(_plain(d.metadata), ensure_ascii=False, allow_nan=False), blob)
+                for d, blob in zip(docs, blobs, strict=True)
+            ]
+        except (TypeError, ValueError) as exc:
+            raise InvalidParameterError(f"document metadata must be JSON-serialisable: {exc}") from exc
+        terms = await anyio.to_thread.run_sync(lambda: [" ".join(self._index_terms(d)) for d in docs])
+        await self._run(self._upsert_sync, rows, terms)
+
+    def _index_terms(self, doc: Document) -> list[str]:
+        title = doc.metadata.get("title")
+        text = f"{title}\n{doc.content}" if isinstance(title, str) and title else doc.content
+        return self.analyzer.analyze(text)
+
+    def _embedding_blobs(self, embeddings: np.ndarray | None, n: int) -> list[bytes | None]:
+        if embeddings is None:
+            return [None] * n
+        matrix = np.asarray(embeddings, dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != n:
+            raise DimensionMismatchError(f"embeddings must have shape ({n}, dim), got {matrix.shape}")
+        if self.dimension is not None and matrix.shape[1] != self.dimension:
+            raise DimensionMismatchError(
+                f"{self.path}: embeddings have dimension {matrix.shape[1]}, the store holds {self.dimension}"
+            )
+        if not np.isfinite(matrix).all():
+            raise InvalidParameterError("embeddings contain NaN or infinity")
+        return [row.tobytes() for row in matrix]
+
+    def _upsert_sync(self, rows: list[tuple[str, str, str, bytes | None]], terms: list[str]) -> None:
+        conn = self._conn
+        dims = {len(r[3]) // 4 for r in rows if r[3] is not None}
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if dims and self.dimension is None:
+                (dim,) = dims
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('dimension', ?)", (str(dim),))
+            for (doc_id, content, metadata, blob), doc_terms in zip(rows, terms, strict=True):
+                old = conn.execute("SELECT rowid FROM documents WHERE id = ?", (doc_id,)).fetchone()
+                if old is not None:
+                    conn.execute("DELETE FROM documents_fts WHERE rowid = ?", old)
+                    conn.execute(
+                        "UPDATE documents SET content = ?, metadata = ?, embedding = ? WHERE rowid = ?",
+                        (content, metadata, blob, old[0]),
+                    )
+                    rowid = old[0]
+                else:
+                    rowid = conn.execute(
+                        "INSERT INTO documents (id, content, metadata, embedding) VALUES (?, ?, ?, ?)",
+                        (doc_id, content, metadata, blob),
+                    ).lastrowid
+                conn.execute("INSERT INTO documents_fts (rowid, terms) VALUES (?, ?)", (rowid, doc_terms))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if dims and self.dimension is None:
+            (self.dimension,) = dims
+        self._version += 1
+
+    async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:  # noqa: A002
+        """Delete documents in one transaction; return how many were removed.
+
+        Args:
+            ids: delete these ids (unknown ids are ignored).
+            filter: delete documents matching this filter. With ``ids`` too, only documents that have one
+                of the ids *and* match the filter are deleted.
+
+        Raises:
+            InvalidParameterError: neither ``ids`` nor ``filter`` was given (use :meth:`clear`).
+            FilterError: the filter is malformed.
+        """
+        if ids is None and filter is None:
+            raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
+        where, params = self._where(ids=ids, filter=filter)
+        return await self._run(self._delete_sync, where, params)
+
+    async def clear(self) -> int:
+        """Delete every document; return how many were removed."""
+        return await self._run(self._delete_sync, "1", [])
+
+    def _delete_sync(self, where: str, params: list[Any]) -> int:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rowids = [r[0] for r in conn.execute(f"SELECT rowid FROM documents WHERE {where}", params)]
+            for chunk in _chunks(rowids, 500):
+                marks = ",".join("?" * len(chunk))
+                conn.execute(f"DELETE FROM documents_fts WHERE rowid IN ({marks})", chunk)
+                conn.execute(f"DELETE FROM documents WHERE rowid IN ({marks})", chunk)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self._version += 1
+        return len(rowids)
+
+    # ------------------------------------------------------------------ reads
+
+    def _where(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> tuple[str, list[Any]]:  # noqa: A002
+        clauses: list[str] = []
+        params: list[Any] = []
+        if ids is not None:
+            if isinstance(ids, str):
+                raise InvalidParameterError("ids must be a sequence of strings, not one string")
+            ids = list(ids)
+            clauses.append("id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(ids))
+        node = parse_filter(filter)
+        if node is not None:
+            clauses.append("fastrag_match(?, metadata)")
+            params.append(json.dumps(dump_filter(node)))
+        return (" AND ".join(clauses) or "1"), params
+
+    async def count(self, *, filter: FilterLike | None = None) -> int:  # noqa: A002
+        """How many documents the store holds, or how many match ``filter``."""
+        where, params = self._where(filter=filter)
+        return await self._run(lambda: self._conn.execute(f"SELECT count(*) FROM documents WHERE {where}", params).fetchone()[0])
+
+    async def get(
+        self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None, limit: int | None = None  # noqa: A002
+    ) -> list[Document]:
+        """Documents with these ``ids`` and/or matching ``filter`` (all when neither), in id order."""
+        where, params = self._where(ids=ids, filter=filter)
+        sql = f"SELECT id, content, metadata FROM documents WHERE {where} ORDER BY id"
+        if limit is not None:
+            _check_k(limit, "limit")
+            sql += f" LIMIT {int(limit)}"
+        rows = await self._run(lambda: self._conn.execute(sql, params).fetchall())
+        return [Document(id=i, content=c, metadata=json.loads(m)) for i, c, m in rows]
+
+    async def search_text(self, query: str, *, k: int, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
+        """BM25 search: the ``k`` best documents sharing at least one analysed term with ``query``.
+
+        Args:
+            query: free text; analysed like the documents (stemming, stopwords, CJK bigrams).
+            k: how many documents at most (an int > 0).
+            filter: only documents matching it are ranked (applied before the top-k cut).
+
+        Returns:
+            Copies best first, with ``score`` = BM25 (unbounded, > 0 for any match, higher is better) and
+            zero-based ``rank``. Empty when no document shares a term, or when the query has no terms left
+            after analysis (only stopwords or punctuation).
+
+        Raises:
+            InvalidParameterError: ``k`` is not a positive int or ``query`` is not a string.
+            FilterError: the filter is malformed.
+            BackendError: SQLite failed.
+        """
+        _check_k(k)
+        if not isinstance(query, str):
+            raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
+        terms = sorted(set(self.analyzer.analyze(query)))
+        if not terms:
+            return []
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        where, params = self._where(filter=filter)
+        sql = (
+            "SELECT d.id, d.content, d.metadata, bm25(documents_fts) AS s FROM documents_fts "
+            "JOIN documents d ON d.rowid = documents_fts.rowid "
+            f"WHERE documents_fts MATCH ? AND {where} ORDER BY s, d.id LIMIT ?"
+        )
+        rows = await self._run(lambda: self._conn.execute(sql, [match, *params, k]).fetchall())
+        return [
+            Document(id=i, content=c, metadata=json.loads(m)).ranked(score=-s, rank=r)
+            for r, (i, c, m, s) in enumerate(rows)
+        ]
+
+    async def search_vector(
+        self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None  # noqa: A002
+    ) -> list[Document]:
+        """Exact cosine k-NN among documents matching ``filter`` (applied before ranking).
+
+        Args:
+            embedding: ``(dim,)`` query vector (any scale; it is normalised).
+            k: how many documents at most (an int > 0).
+            filter: only documents matching it are ranked.
+
+        Returns:
+            Copies best first, ``score`` = cosine similarity in [-1, 1] (higher is better), zero-based
+            ``rank``; ties are broken by id. Documents stored without a vector are never returned.
+
+        Raises:
+            DimensionMismatchError: the vector's width differs from the store's.
+            InvalidParameterError: ``k`` is not a positive int, or the vector holds NaN or infinity.
+            FilterError: the filter is malformed.
+        """
+        _check_k(k)
+        query = np.asarray(embedding, dtype=np.float32)
+        if query.ndim != 1:
+            raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
+        if not np.isfinite(query).all():
+            raise InvalidParameterError("query embedding contains NaN or infinity")
+        if self.dimension is not None and query.shape[0] != self.dimension:
+            raise DimensionMismatchError(
+                f"{self.path}: query has dimension {query.shape[0]}, the store holds {self.dimension}"
+            )
+        node = parse_filter(filter)
+        return await self._run(self._search_vector_sync, query, k, node)
+
+    def _search_vector_sync(self, query: np.ndarray, k: int, node: Filter | None) -> list[Document]:
+        matrix, rowids = self._load_matrix()
+        if len(rowids) == 0:
+            return []
+        if node is not None:
+            where, params = self._where(filter=node)
+            allowed = np.fromiter(
+                (r[0] for r in self._conn.execute(f"SELECT rowid FROM documents WHERE embedding IS NOT NULL AND {where}", params)),
+                dtype=np.int64,
+            )
+            positions = np.nonzero(np.isin(rowids, allowed))[0]
+            matrix, rowids = matrix[positions], rowids[positions]
+            if len(rowids) == 0:
+                return []
+        norm = float(np.linalg.norm(query))
+        scores = matrix @ (query / norm) if norm > 0 else np.zeros(len(rowids), dtype=np.float32)
+        top = _top_k(scores, k)
+        chosen = rowids[top].tolist()
+        marks = ",".join("?" * len(chosen))
+        found = {
+            r: (i, c, m)
+            for r, i, c, m in self._conn.execute(
+                f"SELECT rowid, id, content, metadata FROM documents WHERE rowid IN ({marks})", chosen
+            )
+        }
+        hits = [(float(scores[p]), found[rowids[p]]) for p in top]
+        hits.sort(key=lambda h: (-h[0], h[1][0]))
+        del hits[k:]
+        return [
+            Document(id=i, content=c, metadata=json.loads(m)).ranked(score=s, rank=r)
+            for r, (s, (i, c, m)) in enumerate(hits)
+        ]
+
+    def _load_matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._matrix_version != self._version:
+            rows = self._conn.execute("SELECT rowid, embedding FROM documents WHERE embedding IS NOT NULL").fetchall()
+            if rows:
+                matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+                norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+                self._matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+            else:
+                self._matrix = np.zeros((0, self.dimension or 0), dtype=np.float32)
+            self._matrix_rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            self._matrix_version = self._version
+        return self._matrix, self._matrix_rowids
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` highest scores, generous at the cut so ties at the boundary can be sorted by id."""
+    if k >= len(scores):
+        return np.arange(len(scores))
+    cut = np.partition(scores, len(scores) - k)[len(scores) - k]
+    return np.nonzero(scores >= cut)[0] if np.count_nonzero(scores >= cut) <= 4 * k else np.argpartition(-scores, k)[:k]
+
+
+def _check_k(k: Any, name: str = "k") -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise InvalidParameterError(f"{name} must be a positive int, got {k!r}")
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"non-finite float {value!r}")
+    return value
