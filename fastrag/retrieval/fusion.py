@@ -1,0 +1,311 @@
+"""Rank fusion: combine the ranked lists of several retrievers (branches) into one list, best first.
+
+* :class:`ReciprocalRankFusion` uses positions only (Cormack, Clarke & Büttcher, SIGIR 2009).
+* :class:`WeightedScoreFusion` combines per-branch normalised scores (CombSUM-style, Fox & Shaw 1994).
+
+Rules shared by both:
+
+* Documents are deduplicated by id. If one branch returns an id twice, its first occurrence counts and
+  later ones are skipped; a branch's ranks are positions among the distinct ids it returned.
+* A branch with weight 0 is dropped before anything is computed, so the result is exactly the result
+  without that branch (a document only it found does not appear, and it is absent from provenance).
+* The result does not depend on the order of the ``results`` mapping: scores are summed with
+  :func:`math.fsum` (exactly rounded, so order-free), ties are broken by the document's best zero-based
+  rank in any branch, then by id; a document found by several branches is copied from the branch where
+  it ranks best (ties: the alphabetically first branch name).
+* Every returned document is a copy: the input's ``score``, ``rank`` and ``branches`` keys are replaced
+  by the fused ``score``, zero-based ``rank``, and ``branches = {name: {"score", "rank"}}`` for each
+  branch that returned it (``score`` is that branch's finite score or ``None``; ``rank`` is zero-based).
+  If the input copy was itself fused, its provenance is kept under that entry's ``"branches"``.
+  Inputs are never mutated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from numbers import Real
+from typing import Any, Literal, TypeAlias
+
+from fastrag.errors import InvalidParameterError
+from fastrag.models import BRANCHES, RANK, SCORE, Document
+
+__all__ = ["Normalization", "ReciprocalRankFusion", "WeightedScoreFusion", "Weights"]
+
+Weights: TypeAlias = Sequence[float] | Mapping[str, float] | None
+"""Per-branch weights: ``None`` (all 1.0), a sequence aligned with the results' branch order, or a
+mapping from branch name to weight."""
+
+Normalization: TypeAlias = Literal["min_max", "z_score", "none"]
+_NORMALIZATIONS = ("min_max", "z_score", "none")
+
+# Per branch: the contribution of the document at each (deduplicated) position, already multiplied by
+# the branch weight, and the contribution of a document the branch did not return.
+_Contributions: TypeAlias = tuple[list[float], float]
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _finite_score(doc: Document) -> float | None:
+    value = doc.metadata.get(SCORE)
+    return float(value) if _is_real(value) and math.isfinite(value) else None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _validate_weights(weights: Weights) -> tuple[float, ...] | dict[str, float] | None:
+    if weights is None:
+        return None
+    if isinstance(weights, Mapping):
+        items = list(weights.items())
+        if not all(isinstance(name, str) for name, _ in items):
+            raise InvalidParameterError(f"weight keys must be branch names (str), got {list(weights)!r}")
+    elif isinstance(weights, Sequence) and not isinstance(weights, str | bytes):
+        items = list(enumerate(weights))
+    else:
+        raise InvalidParameterError(f"weights must be None, a sequence or a mapping, got {weights!r}")
+    if not items:
+        raise InvalidParameterError("weights must not be empty; pass None for equal weights")
+    for key, w in items:
+        if not _is_real(w) or not math.isfinite(w) or w < 0:
+            raise InvalidParameterError(f"weight {key!r} must be a finite number >= 0, got {w!r}")
+    if all(w == 0 for _, w in items):
+        raise InvalidParameterError("at least one weight must be > 0")
+    if isinstance(weights, Mapping):
+        return {name: float(w) for name, w in items}
+    return tuple(float(w) for _, w in items)
+
+
+class _Fusion:
+    """Validation, deduplication, tie-breaking and stamping shared by the fusion methods."""
+
+    def __init__(self, weights: Weights) -> None:
+        self._weights = _validate_weights(weights)
+
+    @property
+    def weights(self) -> tuple[float, ...] | Mapping[str, float] | None:
+        """The validated weights, as given (``None`` means 1.0 for every branch)."""
+        return self._weights
+
+    def check_branches(self, names: Sequence[str]) -> None:
+        """Check that the weights fit branches named ``names`` (in order), without fusing anything.
+
+        Raises:
+            InvalidParameterError: a sequence of weights has a different length, or a mapping of weights
+                lacks one of ``names`` or names a branch not in ``names``.
+        """
+        self._resolve_weights(list(names))
+
+    def _resolve_weights(self, names: list[str]) -> dict[str, float]:
+        if self._weights is None:
+            return dict.fromkeys(names, 1.0)
+        if isinstance(self._weights, tuple):
+            if len(self._weights) != len(names):
+                raise InvalidParameterError(
+                    f"{len(self._weights)} weights given for {len(names)} branches {names!r}"
+                )
+            return dict(zip(names, self._weights, strict=True))
+        missing = [n for n in names if n not in self._weights]
+        if missing:
+            raise InvalidParameterError(f"no weight for branch(es) {missing!r}; weights name {list(self._weights)!r}")
+        extra = [n for n in self._weights if n not in names]
+        if extra:
+            raise InvalidParameterError(f"weights name unknown branch(es) {extra!r}; branches are {names!r}")
+        return {n: self._weights[n] for n in names}
+
+    def fuse(self, results: Mapping[str, Sequence[Document]], *, k: int | None = None) -> list[Document]:
+        """Fuse ``{branch_name: documents best first}`` into one list, best first, at most ``k`` long.
+
+        Args:
+            results: each branch's ranked documents. Not mutated.
+            k: how many documents to return; ``None`` returns every distinct document.
+
+        Returns:
+            Copies stamped with the fused ``score`` (higher is better; range: see the class), zero-based
+            ``rank`` and per-branch provenance under ``metadata["branches"]``.
+
+        Raises:
+            InvalidParameterError: ``k`` is not a positive int or ``None``; ``results`` is not a mapping;
+                the weights do not fit the branches (see :meth:`check_branches`).
+        """
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
+            raise InvalidParameterError(f"k must be a positive int or None, got {k!r}")
+        if not isinstance(results, Mapping):
+            raise InvalidParameterError(f"results must be a mapping of branch name to documents, got {results!r}")
+        weights = self._resolve_weights(list(results))
+        lists = {name: _distinct(results[name]) for name in sorted(results) if weights[name] > 0}
+        contributions = self._contributions(lists, {name: weights[name] for name in lists})
+
+        positions: dict[str, dict[str, int]] = {}  # doc id -> {branch: position}
+        for name, docs in lists.items():
+            for pos, doc in enumerate(docs):
+                positions.setdefault(doc.id, {})[name] = pos
+
+        scored = []
+        for doc_id, where in positions.items():
+            score = math.fsum(
+                contributions[name][0][where[name]] if name in where else contributions[name][1] for name in lists
+            )
+            scored.append((-score, min(where.values()), doc_id))
+        scored.sort()
+        if k is not None:
+            scored = scored[:k]
+
+        fused = []
+        for rank, (neg_score, _, doc_id) in enumerate(scored):
+            where = positions[doc_id]
+            best_name, best_pos = min(where.items(), key=lambda item: (item[1], item[0]))
+            source = lists[best_name][best_pos]
+            metadata = {key: v for key, v in source.metadata.items() if key not in (SCORE, RANK, BRANCHES)}
+            metadata[SCORE] = -neg_score + 0.0  # + 0.0 turns -0.0 into 0.0
+            metadata[RANK] = rank
+            metadata[BRANCHES] = {name: _provenance(lists[name][pos], pos) for name, pos in sorted(where.items())}
+            fused.append(dataclasses.replace(source, metadata=metadata))
+        return fused
+
+    def _contributions(
+        self, lists: Mapping[str, list[Document]], weights: Mapping[str, float]
+    ) -> dict[str, _Contributions]:
+        raise NotImplementedError
+
+
+def _distinct(docs: Sequence[Document]) -> list[Document]:
+    seen: set[str] = set()
+    out = []
+    for doc in docs:
+        if doc.id not in seen:
+            seen.add(doc.id)
+            out.append(doc)
+    return out
+
+
+def _provenance(doc: Document, pos: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {"score": _finite_score(doc), "rank": pos}
+    nested = doc.metadata.get(BRANCHES)
+    if nested:
+        entry["branches"] = _plain(nested)
+    return entry
+
+
+class ReciprocalRankFusion(_Fusion):
+    """Reciprocal Rank Fusion (Cormack, Clarke & Büttcher, SIGIR 2009).
+
+    A document's fused score is ``sum over branches b that returned it of w_b / (rank_constant + r_b)``,
+    with ``r_b`` its one-based position in branch ``b``. Only positions are used, never the branches'
+    scores, so branches with incomparable scores (BM25, cosine) combine without calibration. The fused
+    score is higher-is-better, in ``(0, sum(w) / (rank_constant + 1)]``.
+
+    Args:
+        rank_constant: the ``k`` of the paper (60 there); larger values flatten the advantage of top ranks.
+        weights: per-branch weights (see :data:`Weights`); ``None`` gives every branch 1.0.
+
+    Raises:
+        InvalidParameterError: ``rank_constant`` is not a finite number > 0; a weight is negative, NaN or
+            infinite; every weight is 0; ``weights`` is empty.
+    """
+
+    def __init__(self, rank_constant: float = 60, *, weights: Weights = None) -> None:
+        if not _is_real(rank_constant) or not math.isfinite(rank_constant) or rank_constant <= 0:
+            raise InvalidParameterError(f"rank_constant must be a finite number > 0, got {rank_constant!r}")
+        super().__init__(weights)
+        self._rank_constant = rank_constant
+
+    @property
+    def rank_constant(self) -> float:
+        """The constant added to every one-based rank."""
+        return self._rank_constant
+
+    def __repr__(self) -> str:
+        return f"ReciprocalRankFusion(rank_constant={self._rank_constant!r}, weights={self._weights!r})"
+
+    def _contributions(
+        self, lists: Mapping[str, list[Document]], weights: Mapping[str, float]
+    ) -> dict[str, _Contributions]:
+        return {
+            name: ([weights[name] / (self._rank_constant + pos + 1) for pos in range(len(docs))], 0.0)
+            for name, docs in lists.items()
+        }
+
+
+class WeightedScoreFusion(_Fusion):
+    """Weighted sum of per-branch normalised scores (CombSUM, Fox & Shaw 1994; min-max / z-score
+    normalisation as compared by Lee, SIGIR 1997).
+
+    The fused score is ``sum_b (w_b / W) * norm_b(score)`` with ``W`` the sum of the weights, i.e. a
+    convex combination; higher is better. Each branch is normalised on its own list:
+
+    * ``"min_max"``: ``(s - min) / (max - min)``, in [0, 1]; a constant list (including a one-element
+      list) gives 1.0 to all. The fused score lies in [0, 1].
+    * ``"z_score"``: ``(s - mean) / std`` (population std); a constant list gives 0 to all. Unbounded.
+    * ``"none"``: raw scores; only meaningful when the branches' scores share a scale.
+
+    A document in a list without a finite score (no ``"score"`` key, ``None``, NaN, ±inf, not a number)
+    gets that list's minimum normalised value; if no document in the list has one, each gets the
+    constant-list value (1.0 for min_max, 0 otherwise).
+
+    A document a branch did not return gets ``min(0, that list's minimum normalised value)`` there, so
+    being absent is never better than being returned: 0 for min_max (the bottom of [0, 1]; below every
+    returned document of a constant list), the list's minimum (<= 0) for z_score, and for ``"none"`` 0
+    (CombSUM's convention) unless the list has negative scores, then its minimum.
+
+    Args:
+        weights: per-branch weights (see :data:`Weights`); ``None`` gives every branch the same weight.
+        normalization: ``"min_max"``, ``"z_score"`` or ``"none"``.
+
+    Raises:
+        InvalidParameterError: unknown ``normalization``; a weight is negative, NaN or infinite; every
+            weight is 0; ``weights`` is empty.
+    """
+
+    def __init__(self, weights: Weights = None, *, normalization: Normalization = "min_max") -> None:
+        if normalization not in _NORMALIZATIONS:
+            raise InvalidParameterError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
+        super().__init__(weights)
+        self._normalization = normalization
+
+    @property
+    def normalization(self) -> Normalization:
+        """How each branch's scores are normalised before weighting."""
+        return self._normalization
+
+    def __repr__(self) -> str:
+        return f"WeightedScoreFusion(weights={self._weights!r}, normalization={self._normalization!r})"
+
+    def _contributions(
+        self, lists: Mapping[str, list[Document]], weights: Mapping[str, float]
+    ) -> dict[str, _Contributions]:
+        total = math.fsum(weights.values())
+        out = {}
+        for name, docs in lists.items():
+            values, absent = self._normalise([_finite_score(doc) for doc in docs])
+            w = weights[name] / total
+            out[name] = ([w * v for v in values], w * absent)
+        return out
+
+    def _normalise(self, raw: list[float | None]) -> tuple[list[float], float]:
+        known = [s for s in raw if s is not None]
+        constant = 1.0 if self._normalization == "min_max" else 0.0
+        if not known:
+            return [constant] * len(raw), min(0.0, constant)
+        lo, hi = min(known), max(known)
+        if self._normalization == "none":
+            norm = {s: s for s in known}
+        elif hi == lo:
+            norm = dict.fromkeys(known, constant)
+        elif self._normalization == "min_max":
+            norm = {s: (s - lo) / (hi - lo) for s in known}
+        else:
+            mean = math.fsum(known) / len(known)
+            std = math.sqrt(math.fsum((s - mean) ** 2 for s in known) / len(known))
+            norm = {s: (s - mean) / std if std > 0 else 0.0 for s in known}
+        floor = min(norm.values())
+        return [floor if s is None else norm[s] for s in raw], min(0.0, floor)

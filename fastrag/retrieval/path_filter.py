@@ -1,0 +1,96 @@
+"""Restrict results by their ``source_uri``: include and exclude globs, and a regular expression."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from wcmatch import glob
+
+from fastrag.errors import InvalidParameterError
+from fastrag.filters import FilterLike
+from fastrag.models import SOURCE_URI, Document
+from fastrag.protocols import Retriever
+from fastrag.retrieval._validation import check_positive_int
+
+__all__ = ["PathFilterRetriever"]
+
+_GLOB_FLAGS = glob.GLOBSTAR | glob.BRACE | glob.MATCHBASE | glob.DOTGLOB
+
+
+def _globs(value: str | Sequence[str] | None, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    patterns = (value,) if isinstance(value, str) else tuple(value)
+    for p in patterns:
+        if not isinstance(p, str) or not p:
+            raise InvalidParameterError(f"{name} patterns must be non-empty strings, got {p!r}")
+    return patterns
+
+
+class PathFilterRetriever:
+    """Wraps a retriever and keeps only results whose ``source_uri`` passes path rules.
+
+    Globs use ``wcmatch`` syntax: ``**`` crosses folders, ``{a,b}`` alternates, and a pattern without a
+    slash matches the file name anywhere (``*.md`` keeps every markdown file). A document passes when it
+    matches some ``include_glob`` (if any are given), no ``exclude_glob``, and ``path_filter`` (a regular
+    expression searched anywhere in the URI). A document with no ``source_uri`` fails any include rule.
+
+    Because filtering happens after retrieval, the inner retriever is asked for
+    ``max(fetch_k, k * 10)`` candidates, so a matching document is not lost because its unfiltered score
+    was low. Returned documents keep their scores and are re-stamped with ranks 0..k-1.
+
+    Args:
+        retriever: any :class:`~fastrag.protocols.Retriever`.
+        include_glob: one pattern or several.
+        exclude_glob: one pattern or several.
+        path_filter: a regular expression (Python ``re`` syntax).
+        fetch_k: the least number of candidates to fetch (default 100).
+
+    Raises:
+        InvalidParameterError: an invalid regular expression, an empty pattern, or ``fetch_k`` <= 0. The
+            wrapper fails closed: it never returns unfiltered results.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        *,
+        include_glob: str | Sequence[str] | None = None,
+        exclude_glob: str | Sequence[str] | None = None,
+        path_filter: str | None = None,
+        fetch_k: int = 100,
+    ) -> None:
+        self.retriever = retriever
+        self.include_glob = _globs(include_glob, "include_glob")
+        self.exclude_glob = _globs(exclude_glob, "exclude_glob")
+        self.fetch_k = check_positive_int(fetch_k, "fetch_k")
+        try:
+            self.path_filter = re.compile(path_filter) if path_filter is not None else None
+        except (re.error, TypeError) as exc:
+            raise InvalidParameterError(f"path_filter is not a valid regular expression: {exc}") from exc
+        self.name = getattr(retriever, "name", "retriever")
+
+    @property
+    def active(self) -> bool:
+        """Whether any path rule is set."""
+        return bool(self.include_glob or self.exclude_glob or self.path_filter)
+
+    def accepts(self, source_uri: str | None) -> bool:
+        """Whether a document with this ``source_uri`` passes the rules."""
+        if source_uri is None:
+            return not (self.include_glob or self.path_filter)
+        if self.include_glob and not glob.globmatch(source_uri, self.include_glob, flags=_GLOB_FLAGS):
+            return False
+        if self.exclude_glob and glob.globmatch(source_uri, self.exclude_glob, flags=_GLOB_FLAGS):
+            return False
+        return self.path_filter is None or self.path_filter.search(source_uri) is not None
+
+    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
+        """Up to ``k`` documents passing the path rules, best first."""
+        check_positive_int(k, "k")
+        if not self.active:
+            return await self.retriever.retrieve(query, k=k, filter=filter)
+        candidates = await self.retriever.retrieve(query, k=max(self.fetch_k, k * 10), filter=filter)
+        kept = [d for d in candidates if self.accepts(d.metadata.get(SOURCE_URI))][:k]
+        return [d.ranked(score=d.score, rank=r) for r, d in enumerate(kept)]
