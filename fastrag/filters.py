@@ -66,6 +66,7 @@ __all__ = [
     "Not",
     "Or",
     "and_all",
+    "combine_filters",
     "dump_filter",
     "field",
     "matches",
@@ -261,11 +262,11 @@ class Field:
 
     def one_of(self, values: Iterable[Scalar]) -> Comparison:
         """``in``: the value equals one of ``values``."""
-        return Comparison("in", self.key, list(values))
+        return Comparison("in", self.key, values if isinstance(values, str | bytes) else list(values))
 
     def not_one_of(self, values: Iterable[Scalar]) -> Comparison:
         """``notIn``: the value equals none of ``values`` (a missing key matches)."""
-        return Comparison("notIn", self.key, list(values))
+        return Comparison("notIn", self.key, values if isinstance(values, str | bytes) else list(values))
 
     def starts_with(self, prefix: str) -> Comparison:
         """``startsWith``: a string value beginning with ``prefix`` (literal, case-sensitive)."""
@@ -317,7 +318,7 @@ def _validate_comparison(op: str, key: Any, value: Any, path: str) -> None:
                                   path=f"{vpath}[{i}]")
     elif op in RANGE_OPERATORS:
         if _is_number(value):
-            if not math.isfinite(value):
+            if isinstance(value, float) and not math.isfinite(value):  # an int too big for a float is finite
                 raise FilterError(f"{op} needs a finite number, got {value!r}", path=vpath)
         elif isinstance(value, str):
             if parse_date(value) is None:
@@ -354,8 +355,8 @@ def parse_filter(obj: FilterLike | None, *, path: str = "$") -> Filter | None:
     if isinstance(obj, str):
         try:
             obj = json.loads(obj)
-        except json.JSONDecodeError as exc:
-            raise FilterError(f"filter is not valid JSON: {exc.msg}", path=path) from exc
+        except ValueError as exc:  # JSONDecodeError, or an integer literal over Python's digit limit
+            raise FilterError(f"filter is not valid JSON: {getattr(exc, 'msg', exc)}", path=path) from exc
     return _parse_node(obj, path)
 
 
@@ -363,12 +364,14 @@ def _parse_node(obj: Any, path: str) -> Filter:
     if not isinstance(obj, Mapping):
         raise FilterError(f"a filter node must be an object, got {type(obj).__name__}", path=path)
     if len(obj) != 1:
-        raise FilterError(f"a filter node must have exactly one operator, got {sorted(obj)!r}", path=path)
+        raise FilterError(
+            f"a filter node must have exactly one operator, got {sorted(obj, key=str)!r}", path=path
+        )
     ((op, body),) = obj.items()
     here = f"{path}.{op}"
     if op in LOGICAL_OPERATORS:
         if op == "notAll" and isinstance(body, Mapping):
-            body = [body]
+            return Not((_parse_node(body, here),))
         if isinstance(body, str | bytes) or not isinstance(body, Sequence) or not body:
             raise FilterError(f"{op} needs a non-empty list of filters", path=here)
         children = tuple(_parse_node(child, f"{here}[{i}]") for i, child in enumerate(body))
@@ -483,3 +486,15 @@ def _matches(node: Filter, metadata: Mapping[str, Any]) -> bool:
     if op == "listContains":
         return isinstance(actual, list | tuple) and any(_scalar_equals(item, expected) for item in actual)
     raise FilterError(f"unknown operator {op!r}")  # unreachable: Comparison validates operators
+
+
+def combine_filters(*filters: FilterLike | None) -> Filter | None:
+    """``andAll`` of the given filters, skipping ``None``; ``None`` when none is given.
+
+    Raises:
+        FilterError: one of the filters is malformed.
+    """
+    nodes = [node for f in filters if (node := parse_filter(f)) is not None]
+    if not nodes:
+        return None
+    return nodes[0] if len(nodes) == 1 else and_all(*nodes)

@@ -1,0 +1,261 @@
+"""The contract every store adapter must pass: same documents, same filters, same expected ids.
+
+Use it by subclassing :class:`StoreContract` in a test module and overriding the ``store_factory`` fixture
+with an async context-manager factory that opens an *empty* store (a fresh collection) each call::
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def store_factory(self, tmp_path):
+            return lambda: MyStore(path=tmp_path / "db")
+
+``reopen`` tests call the factory twice on the same location, so a factory for a persistent store must
+return a store over the same data each time; set ``persistent = False`` on the subclass when the store
+cannot be reopened (an in-memory database).
+
+The suite needs ``pytest``, ``anyio`` and ``hypothesis`` (the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from fastrag.errors import DimensionMismatchError, FilterError, InvalidParameterError
+from fastrag.filters import dump_filter, matches, parse_filter
+from fastrag.models import Document
+from fastrag.testing.filter_cases import FILTER_CASES, FILTER_CORPUS, FilterCase, filter_strategy
+
+__all__ = ["StoreContract", "corpus_embeddings"]
+
+DIM = 8
+
+
+def corpus_embeddings(docs: list[Document], dim: int = DIM) -> np.ndarray:
+    """Deterministic unit vectors for ``docs`` (a pseudo-random direction seeded by each id)."""
+    rows = []
+    for doc in docs:
+        rng = np.random.default_rng(abs(hash_id(doc.id)))
+        row = rng.normal(size=dim).astype(np.float32)
+        rows.append(row / np.linalg.norm(row))
+    return np.stack(rows)
+
+
+def hash_id(doc_id: str) -> int:
+    """A stable (process-independent) integer for a document id."""
+    value = 0
+    for ch in doc_id.encode():
+        value = (value * 131 + ch) % (2**31 - 1)
+    return value
+
+
+# k-NN ordering corpus: cosine with the query [1, 0, 0, 0] is 1.0, 0.8, 0.6, 0.0, -1.0 by construction.
+KNN_DOCS = [
+    Document(id="far", content="far", metadata={"group": "a"}),
+    Document(id="near", content="near", metadata={"group": "a"}),
+    Document(id="mid", content="mid", metadata={"group": "b"}),
+    Document(id="orth", content="orthogonal", metadata={"group": "b"}),
+    Document(id="opp", content="opposite", metadata={"group": "a"}),
+]
+KNN_VECTORS = np.array(
+    [[0.6, 0.8, 0, 0], [1, 0, 0, 0], [0.8, 0.6, 0, 0], [0, 0, 1, 0], [-1, 0, 0, 0]], dtype=np.float32
+)
+KNN_QUERY = np.array([1, 0, 0, 0], dtype=np.float32)
+
+# BM25 ordering corpus: for the query "solar panel", "both" has both terms, "solar2" repeats one term in
+# a short text, "solar1" mentions it once in a long text, "none" shares no term and must never appear.
+BM25_DOCS = [
+    Document(id="both", content="Solar panels convert sunlight; a panel needs cleaning.", metadata={"lang": "en"}),
+    Document(id="solar2", content="Solar energy, solar power.", metadata={"lang": "en"}),
+    Document(id="solar1", content="The history of energy includes coal, oil, gas, wind, hydro, nuclear and solar "
+             "generation across many decades and countries.", metadata={"lang": "en"}),
+    Document(id="none", content="Wind turbines generate electricity.", metadata={"lang": "en"}),
+]
+
+
+class StoreContract:
+    """Tests every store must pass. Override the ``store_factory`` fixture (see the module docstring)."""
+
+    persistent = True
+    supports_text = True
+    supports_vectors = True
+
+    @pytest.fixture
+    def store_factory(self) -> Callable[[], Any]:
+        raise NotImplementedError("override store_factory in the subclass")
+
+    @pytest.fixture
+    async def filter_store(self, store_factory):  # noqa: ANN001, ANN201
+        # Every document gets the term "document", so a BM25 search for it sees the whole corpus.
+        docs = [Document(id=d.id, content=f"{d.content} document", metadata=d.metadata) for d in FILTER_CORPUS]
+        async with store_factory() as store:
+            await store.upsert(docs, embeddings=corpus_embeddings(docs))
+            yield store
+
+    # ------------------------------------------------------------------ filters
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("case", FILTER_CASES, ids=lambda c: c.name)
+    async def test_filter_table(self, filter_store, case: FilterCase) -> None:  # noqa: ANN001
+        assert await self._filtered_ids(filter_store, case.filter) == case.expected_ids
+
+    async def _filtered_ids(self, store: Any, filter_json: dict) -> frozenset[str]:
+        n = len(FILTER_CORPUS)
+        found: set[str] = set()
+        if self.supports_vectors:
+            hits = await store.search_vector(np.ones(DIM, dtype=np.float32), k=n, filter=filter_json)
+            found = {d.id for d in hits}
+            assert await store.count(filter=filter_json) == len(found)
+        if self.supports_text:
+            text_hits = await store.search_text("document", k=n, filter=filter_json)
+            text_ids = {d.id for d in text_hits}
+            if self.supports_vectors:
+                assert text_ids == found, "BM25 and k-NN disagree on the same filter"
+            found = text_ids
+        return frozenset(found)
+
+    @pytest.mark.anyio
+    async def test_filter_congruence_with_matches(self, filter_store) -> None:  # noqa: ANN001
+        """At least 200 generated filters: the store selects exactly what ``filters.matches`` selects."""
+        seen: list[int] = []
+
+        @settings(max_examples=200, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+        @given(filter_json=filter_strategy(FILTER_CORPUS))
+        def check(filter_json: dict) -> None:
+            expected = frozenset(d.id for d in FILTER_CORPUS if matches(filter_json, d.metadata))
+            got = anyio_from_thread(self._filtered_ids, filter_store, filter_json)
+            assert got == expected, dump_filter(parse_filter(filter_json))
+            seen.append(1)
+
+        import anyio.to_thread
+
+        await anyio.to_thread.run_sync(check)
+        assert len(seen) >= 200
+
+    @pytest.mark.anyio
+    async def test_malformed_filter_raises_before_search(self, filter_store) -> None:  # noqa: ANN001
+        with pytest.raises(FilterError):
+            await filter_store.count(filter={"greaterThan": {"key": "year", "value": "not a date"}})
+        if self.supports_text:
+            with pytest.raises(FilterError):
+                await filter_store.search_text("document", k=3, filter={"bogus": {}})
+
+    @pytest.mark.anyio
+    async def test_filtered_knn_is_not_short(self, store_factory) -> None:  # noqa: ANN001
+        """Filtering before ranking: the 3 matching documents come back although 40 closer ones do not match."""
+        if not self.supports_vectors:
+            pytest.skip("store has no vectors")
+        docs = [Document(id=f"x{i:02}", content="x", metadata={"keep": i >= 40}) for i in range(43)]
+        vectors = np.array([[1.0, i / 100, 0, 0] if i < 40 else [0, 0, 1.0, 0] for i in range(43)], dtype=np.float32)
+        async with store_factory() as store:
+            await store.upsert(docs, embeddings=vectors)
+            hits = await store.search_vector(KNN_QUERY, k=3, filter={"equals": {"key": "keep", "value": True}})
+        assert sorted(d.id for d in hits) == ["x40", "x41", "x42"]
+
+    # ------------------------------------------------------------------ ranking
+
+    @pytest.mark.anyio
+    async def test_knn_ordering_and_scores(self, store_factory) -> None:  # noqa: ANN001
+        if not self.supports_vectors:
+            pytest.skip("store has no vectors")
+        async with store_factory() as store:
+            await store.upsert(KNN_DOCS, embeddings=KNN_VECTORS)
+            hits = await store.search_vector(KNN_QUERY, k=5)
+            filtered = await store.search_vector(KNN_QUERY, k=2, filter={"equals": {"key": "group", "value": "b"}})
+        assert [d.id for d in hits] == ["near", "mid", "far", "orth", "opp"]
+        assert [d.rank for d in hits] == [0, 1, 2, 3, 4]
+        assert [round(d.score, 4) for d in hits] == [1.0, 0.8, 0.6, 0.0, -1.0]
+        assert [d.id for d in filtered] == ["mid", "orth"]
+
+    @pytest.mark.anyio
+    async def test_bm25_ordering_and_no_zero_matches(self, store_factory) -> None:  # noqa: ANN001
+        if not self.supports_text:
+            pytest.skip("store has no full-text index")
+        async with store_factory() as store:
+            await store.upsert(BM25_DOCS, embeddings=corpus_embeddings(BM25_DOCS, 4))
+            hits = await store.search_text("solar panel", k=10)
+        ids = [d.id for d in hits]
+        assert ids[0] == "both"
+        assert ids.index("solar2") < ids.index("solar1")
+        assert "none" not in ids
+        assert all(d.score > 0 for d in hits)
+        assert [d.rank for d in hits] == list(range(len(hits)))
+
+    # ------------------------------------------------------------------ writes
+
+    @pytest.mark.anyio
+    async def test_upsert_replaces_by_id(self, store_factory) -> None:  # noqa: ANN001
+        async with store_factory() as store:
+            await store.upsert(KNN_DOCS, embeddings=KNN_VECTORS)
+            replacement = Document(id="opp", content="now a solar document", metadata={"group": "c"})
+            await store.upsert([replacement], embeddings=KNN_QUERY[None, :])
+            assert await store.count() == 5
+            assert await store.count(filter={"equals": {"key": "group", "value": "c"}}) == 1
+            if self.supports_vectors:
+                hits = await store.search_vector(KNN_QUERY, k=2)
+                assert {d.id for d in hits} == {"near", "opp"}
+            if self.supports_text:
+                assert [d.id for d in await store.search_text("solar", k=5)] == ["opp"]
+                assert await store.search_text("opposite", k=5) == []
+
+    @pytest.mark.anyio
+    async def test_delete_by_ids_and_by_filter(self, store_factory) -> None:  # noqa: ANN001
+        async with store_factory() as store:
+            await store.upsert(KNN_DOCS, embeddings=KNN_VECTORS)
+            assert await store.delete(ids=["near", "missing"]) == 1
+            assert await store.count() == 4
+            assert await store.delete(filter={"equals": {"key": "group", "value": "b"}}) == 2
+            assert await store.count() == 2
+            if self.supports_vectors:
+                assert [d.id for d in await store.search_vector(KNN_QUERY, k=5)] == ["far", "opp"]
+            if self.supports_text:
+                assert await store.search_text("mid orthogonal near", k=5) == []
+            with pytest.raises(InvalidParameterError):
+                await store.delete()
+
+    @pytest.mark.anyio
+    async def test_wrong_dimension_is_rejected(self, store_factory) -> None:  # noqa: ANN001
+        if not self.supports_vectors:
+            pytest.skip("store has no vectors")
+        async with store_factory() as store:
+            await store.upsert(KNN_DOCS, embeddings=KNN_VECTORS)
+            with pytest.raises(DimensionMismatchError):
+                await store.upsert([Document(id="w", content="w")], embeddings=np.ones((1, 3), dtype=np.float32))
+            with pytest.raises(DimensionMismatchError):
+                await store.search_vector(np.ones(3, dtype=np.float32), k=1)
+            assert await store.count() == 5
+
+    @pytest.mark.anyio
+    @pytest.mark.parametrize("k", [0, -1, 1.5, True])
+    async def test_invalid_k_is_rejected(self, store_factory, k: Any) -> None:  # noqa: ANN001
+        async with store_factory() as store:
+            if self.supports_vectors:
+                with pytest.raises(InvalidParameterError):
+                    await store.search_vector(KNN_QUERY, k=k)
+            if self.supports_text:
+                with pytest.raises(InvalidParameterError):
+                    await store.search_text("solar", k=k)
+
+    @pytest.mark.anyio
+    async def test_reopen_keeps_everything(self, store_factory) -> None:  # noqa: ANN001
+        if not self.persistent:
+            pytest.skip("store is not persistent")
+        async with store_factory() as store:
+            await store.upsert(KNN_DOCS, embeddings=KNN_VECTORS)
+        async with store_factory() as store:
+            assert await store.count() == 5
+            if self.supports_vectors:
+                assert [d.id for d in await store.search_vector(KNN_QUERY, k=2)] == ["near", "mid"]
+            if self.supports_text:
+                assert [d.id for d in await store.search_text("orthogonal", k=2)] == ["orth"]
+
+
+def anyio_from_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run an async function from a worker thread of the running event loop."""
+    import anyio.from_thread
+
+    return anyio.from_thread.run(fn, *args)
