@@ -1,0 +1,534 @@
+"""The ingestion pipeline: find files, parse, chunk, embed, write; skip what has not changed.
+
+::
+
+    async with SQLiteVectorStore("index.db") as store, Model2VecEmbedder() as embedder:
+        report = await IngestionPipeline(embedder=embedder, vector_store=store).run(["docs/"])
+        print(report.files_indexed, report.chunks_written, report.errors)
+
+Each chunk becomes a :class:`~fastrag.models.Document` whose id is ``f"{source_uri}#{chunk_index}"``
+(deterministic, so re-indexing overwrites in place) and whose metadata holds ``source_uri``, ``title``,
+``chunk_index``, ``parent_id``, ``content_hash`` (SHA-256 of the source file's bytes), ``headings``
+(the section's heading path, a list of strings) and ``chunker`` (the chunker's settings, see
+:attr:`~fastrag.ingestion.chunking.Chunker.fingerprint`). The embedded text is ``title + "\\n" + chunk`` (just the
+chunk when the title is empty); the stored ``content`` is the chunk alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import numpy as np
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from fastrag.errors import ConfigurationError, IngestionError, InvalidParameterError
+from fastrag.filters import Filter
+from fastrag.filters import field as filter_field
+from fastrag.ingestion.chunking import Chunker
+from fastrag.ingestion.parsers import FileKind, ParsedDocument, file_kind, parse
+from fastrag.models import CHUNK_INDEX, CONTENT_HASH, PARENT_ID, SOURCE_URI, TITLE, Document
+from fastrag.protocols import Embedder, LexicalStore, SupportsGet, VectorStore
+
+__all__ = ["CHUNKER", "HEADINGS", "IngestionFailure", "IngestionPipeline", "IngestionReport"]
+
+logger = logging.getLogger(__name__)
+
+_ID_BATCH = 500  # ids per get/delete call, well under every backend's limit on query size
+
+HEADINGS = "headings"
+"""Chunk metadata key: the heading path of the chunk's section, outermost first (a list of strings)."""
+CHUNKER = "chunker"
+"""Chunk metadata key: the :attr:`~fastrag.ingestion.chunking.Chunker.fingerprint` of the chunker that cut
+it; re-indexing with other chunker settings replaces every chunk."""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestionFailure:
+    """A source that could not be ingested.
+
+    Attributes:
+        path: the file as found on disk (or the path argument that does not exist).
+        message: why, in words, naming the file (the :class:`~fastrag.errors.IngestionError` message);
+            also what ``str()`` gives.
+    """
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True, slots=True)
+class IngestionReport:
+    """What one :meth:`IngestionPipeline.run` did.
+
+    Attributes:
+        files_indexed: files parsed and written (new or changed); a BEIR corpus counts as one file.
+        files_unchanged: files whose stored chunks already match them; nothing was written.
+        files_skipped: files with an unsupported name or extension (listed in ``skipped``).
+        files_pruned: sources (files, or BEIR documents) whose chunks ``prune=True`` deleted.
+        chunks_written: chunks upserted (each counted once, however many stores received it).
+        errors: the files that failed to read or parse; the run went on without them and their
+            previously stored chunks are left as they were.
+        skipped: the skipped files' paths, in walk order.
+    """
+
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_skipped: int = 0
+    files_pruned: int = 0
+    chunks_written: int = 0
+    errors: tuple[IngestionFailure, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """``True`` when no file failed."""
+        return not self.errors
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    path: Path
+    source_uri: str
+    kind: FileKind
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """Embedded chunks on their way to the stores, and the files whose last chunk is among them."""
+
+    documents: tuple[Document, ...]
+    embeddings: np.ndarray | None
+    completed: tuple[Filter, ...]  # stale chunks of the sources this batch completes
+
+
+@dataclass(slots=True)
+class _Run:
+    """Mutable bookkeeping of one run; frozen into an :class:`IngestionReport` at the end."""
+
+    files_indexed: int = 0
+    files_unchanged: int = 0
+    files_skipped: int = 0
+    files_pruned: int = 0
+    chunks_written: int = 0
+    errors: list[IngestionFailure] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    # what this run saw: a stored chunk whose source_uri is here (or under a prefix) survives a prune
+    kept_uris: set[str] = field(default_factory=set)
+    kept_prefixes: set[str] = field(default_factory=set)
+    # the roots of this run, as source_uri prefixes: prune looks only under them
+    root_prefixes: set[str] = field(default_factory=set)
+    root_uris: set[str] = field(default_factory=set)
+    # chunks waiting to be embedded, and the sources to sweep once all their chunks are written
+    pending: list[tuple[Document, str]] = field(default_factory=list)
+    completed: list[Filter] = field(default_factory=list)
+
+    def report(self) -> IngestionReport:
+        return IngestionReport(
+            files_indexed=self.files_indexed,
+            files_unchanged=self.files_unchanged,
+            files_skipped=self.files_skipped,
+            files_pruned=self.files_pruned,
+            chunks_written=self.chunks_written,
+            errors=tuple(self.errors),
+            skipped=tuple(self.skipped),
+        )
+
+
+class IngestionPipeline:
+    """Indexes files and folders into a vector store (and optionally a separate lexical store).
+
+    Supported files: ``.txt``, ``.md``/``.markdown``, ``.html``/``.htm`` and BEIR ``corpus.jsonl``
+    (see :mod:`fastrag.ingestion.parsers`). Other files are skipped and reported, never errors.
+
+    Re-indexing is incremental and keyed by the deterministic chunk ids. A file is *unchanged* when
+    every target store holds each of its chunks (same id, text, ``content_hash`` and ``chunker``) and no
+    chunk past its last one; then nothing is embedded or written. Stores with ``get`` are probed by id, an
+    index lookup in every backend, so checking a large tree of unchanged files stays cheap; a store
+    without ``get`` is asked to ``count`` the file's chunks by filter instead. A changed file's new chunks
+    overwrite the old ones by id; if the stored version had more chunks (or the file is a BEIR corpus,
+    which may have lost documents), every chunk under its ``source_uri`` with another ``content_hash``
+    or ``chunker`` is deleted after the new ones are written. So a file that got shorter leaves no stale chunks, and a file is
+    never missing from the store mid-update. Comparing chunks, not just hashes, also re-indexes a file
+    after the chunker settings change or after a run that was interrupted half-way.
+
+    Batches are pipelined: while one batch is being written, the next is embedded.
+
+    Args:
+        embedder: turns chunk texts into vectors.
+        vector_store: receives every chunk with its vector.
+        lexical_store: a separate full-text store that receives the same chunks (without vectors).
+            ``None``, or the same object as ``vector_store`` (a store that does both), writes once.
+        chunker: how to cut sections into chunks; ``Chunker()`` (1,000 characters, 100 overlap) by
+            default.
+        batch_size: chunks embedded and upserted per call; must be positive.
+        show_progress: draw a :mod:`rich` progress bar on stderr; ``None`` (default) draws it only when
+            stderr is a terminal.
+
+    Raises:
+        InvalidParameterError: ``batch_size`` is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder,
+        vector_store: VectorStore,
+        lexical_store: LexicalStore | None = None,
+        chunker: Chunker | None = None,
+        batch_size: int = 64,
+        show_progress: bool | None = None,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self._embedder = embedder
+        self._vector_store = vector_store
+        self._lexical_store = None if lexical_store is vector_store else lexical_store
+        self._chunker = chunker or Chunker()
+        self._fingerprint = self._chunker.fingerprint
+        self._batch_size = batch_size
+        self._show_progress = show_progress
+
+    @property
+    def _stores(self) -> list[VectorStore | LexicalStore]:
+        stores: list[VectorStore | LexicalStore] = [self._vector_store]
+        if self._lexical_store is not None:
+            stores.append(self._lexical_store)
+        return stores
+
+    async def run(self, paths: Sequence[str | Path], *, prune: bool = False) -> IngestionReport:
+        """Index ``paths``: files, and folders walked recursively.
+
+        Folders are walked in sorted order, skipping hidden files and folders (names starting with
+        ``.``). A file's ``source_uri`` is its path relative to the working directory when it lies under
+        it (``docs/guide/intro.md``), else its absolute path, with ``/`` separators. In a BEIR ``corpus.jsonl`` every line is one document
+        with ``source_uri`` ``<corpus uri>#<_id>`` and ``parent_id`` ``<_id>``.
+
+        A file that cannot be read or parsed (not UTF-8, malformed JSON line, permission denied), or a
+        path that does not exist, is recorded in :attr:`IngestionReport.errors` and the run goes on.
+
+        Args:
+            paths: files and folders to index.
+            prune: after indexing, delete the stored chunks written by an ingestion pipeline (they carry
+                ``content_hash``) whose file lies under one of ``paths`` but was not found in this run
+                (it was deleted or is no longer supported). Chunks of files outside ``paths`` and of
+                files that failed to parse are kept.
+
+        Returns:
+            What was indexed, skipped, pruned and what failed.
+
+        Raises:
+            ConfigurationError: ``prune=True`` but no target store can list its documents
+                (:class:`~fastrag.protocols.SupportsGet`).
+            EmbeddingError: the embedder failed; chunks already written stay written.
+            BackendError: a store failed; chunks already written stay written.
+        """
+        if isinstance(paths, str | Path):
+            raise InvalidParameterError("paths must be a sequence of paths; wrap a single path in a list")
+        if prune and not any(isinstance(store, SupportsGet) for store in self._stores):
+            raise ConfigurationError("prune=True needs a store that can list its documents (a get() method)")
+        state = _Run()
+        sources = await anyio.to_thread.run_sync(_discover, [Path(p) for p in paths], state)
+        with _ProgressBar(self._show_progress, total=len(sources)) as bar:
+            failure: BaseException | None = None
+            try:
+                # one writer task drains a one-slot queue, so batch n is written while n + 1 is embedded
+                send, receive = anyio.create_memory_object_stream[_Batch](max_buffer_size=1)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._write_batches, receive, state)
+                    async with send:
+                        for source in sources:
+                            bar.describe(f"Indexing {_ellipsize(source.source_uri)}")
+                            await self._index_source(source, state, send)
+                            bar.advance()
+                        await self._flush(state, send)
+            except BaseExceptionGroup as group_error:
+                failure = _first_leaf(group_error)
+            if failure is not None:
+                raise failure  # the store's or embedder's own error, not a task-group wrapper
+            if prune:
+                bar.describe("Pruning")
+                await self._prune(state)
+            bar.describe("Indexed")
+        report = state.report()
+        logger.info(
+            "ingestion: %d indexed, %d unchanged, %d skipped, %d pruned, %d chunks, %d errors",
+            report.files_indexed, report.files_unchanged, report.files_skipped, report.files_pruned,
+            report.chunks_written, len(report.errors),
+        )  # fmt: skip
+        return report
+
+    # ------------------------------------------------------------------------------------ per source
+
+    async def _index_source(self, source: _Source, state: _Run, send: MemoryObjectSendStream[_Batch]) -> None:
+        uri = source.source_uri
+        is_corpus = source.kind is FileKind.BEIR_CORPUS
+        # whatever happens next, this run has seen the source: prune must not touch its chunks
+        state.kept_uris.add(uri)
+        if is_corpus:
+            state.kept_prefixes.add(f"{uri}#")
+        try:
+            content_hash, documents, sentinels = await anyio.to_thread.run_sync(self._read_and_chunk, source)
+        except IngestionError as exc:
+            logger.warning("ingestion: %s", exc)
+            state.errors.append(IngestionFailure(path=str(source.path), message=str(exc)))
+            return
+        scope = filter_field(SOURCE_URI).starts_with(f"{uri}#") if is_corpus else filter_field(SOURCE_URI) == uri
+        # after the new version is written, a chunk under scope from another file version or another
+        # chunker is stale; one with both the same was cut identically and has just been overwritten
+        stale = scope & ((filter_field(CONTENT_HASH) != content_hash) | (filter_field(CHUNKER) != self._fingerprint))
+        unchanged, longer_before = await self._compare(documents, sentinels, scope=scope, stale=stale)
+        if unchanged:
+            state.files_unchanged += 1
+            return
+        for document in documents:
+            state.pending.append((document, _embedding_text(document)))
+            if len(state.pending) >= self._batch_size:
+                await self._flush(state, send)
+        # new chunks overwrite old ones by id, so only a source that had more chunks leaves some behind;
+        # a corpus may also have lost documents, whose ids we cannot know
+        if is_corpus or longer_before:
+            state.completed.append(stale)
+        state.files_indexed += 1
+
+    def _read_and_chunk(self, source: _Source) -> tuple[str, list[Document], list[str]]:
+        """Read, hash, parse and chunk one file (runs in a worker thread).
+
+        Returns the content hash, the chunk documents, and per parsed document the id its next chunk
+        would have (``f"{source_uri}#{chunk_count}"``): a store holding one of those ids holds an older
+        version with more chunks.
+        """
+        try:
+            data = source.path.read_bytes()
+        except OSError as exc:
+            raise IngestionError(f"{source.path}: cannot read ({exc.strerror or exc})") from exc
+        content_hash = hashlib.sha256(data).hexdigest()
+        documents: list[Document] = []
+        sentinels: list[str] = []
+        for parsed in parse(data, source_uri=source.source_uri, kind=source.kind):
+            chunks = self._chunk_documents(parsed, content_hash)
+            documents.extend(chunks)
+            sentinels.append(f"{parsed.source_uri}#{len(chunks)}")
+        return content_hash, documents, sentinels
+
+    def _chunk_documents(self, parsed: ParsedDocument, content_hash: str) -> list[Document]:
+        return [
+            Document(
+                id=f"{parsed.source_uri}#{index}",
+                content=chunk.text,
+                metadata={
+                    SOURCE_URI: parsed.source_uri,
+                    TITLE: parsed.title,
+                    CHUNK_INDEX: index,
+                    PARENT_ID: parsed.id,
+                    CONTENT_HASH: content_hash,
+                    HEADINGS: list(chunk.heading_path),
+                    CHUNKER: self._fingerprint,
+                },
+            )
+            for index, chunk in enumerate(self._chunker.chunk(parsed))
+        ]
+
+    async def _compare(
+        self, documents: list[Document], sentinels: list[str], *, scope: Filter, stale: Filter
+    ) -> tuple[bool, bool]:
+        """Whether every store already holds exactly ``documents``, and whether one may hold more.
+
+        A store with ``get`` is probed by id (an index lookup in every backend): unchanged means each
+        chunk is stored with the same text, hash and chunker, and no chunk exists past the last one. A
+        store without ``get`` counts the chunks under ``scope``, and the ``stale`` ones, by filter.
+        """
+        unchanged, longer_before = True, False
+        for store in self._stores:
+            if isinstance(store, SupportsGet):
+                probe = [doc.id for doc in documents] + sentinels
+                stored: dict[str, Document] = {}
+                for start in range(0, len(probe), _ID_BATCH):
+                    for doc in await store.get(ids=probe[start : start + _ID_BATCH]):
+                        stored[doc.id] = doc
+                if any(sentinel in stored for sentinel in sentinels):
+                    unchanged, longer_before = False, True
+                elif unchanged:
+                    unchanged = all(_same_chunk(stored.get(doc.id), doc) for doc in documents)
+            else:
+                count = await store.count(filter=scope)
+                if count > len(documents) or await store.count(filter=stale):
+                    unchanged, longer_before = False, True
+                elif count != len(documents):
+                    unchanged = False
+        return unchanged, longer_before
+
+    # --------------------------------------------------------------------------------------- writing
+
+    async def _flush(self, state: _Run, send: MemoryObjectSendStream[_Batch]) -> None:
+        """Embed the pending chunks and queue them, with the files they complete, for the writer."""
+        documents = tuple(doc for doc, _ in state.pending)
+        texts = [text for _, text in state.pending]
+        completed = tuple(state.completed)
+        state.pending.clear()
+        state.completed.clear()
+        if not documents and not completed:
+            return
+        embeddings = await self._embedder.embed_documents(texts) if documents else None
+        await send.send(_Batch(documents=documents, embeddings=embeddings, completed=completed))
+
+    async def _write_batches(self, receive: MemoryObjectReceiveStream[_Batch], state: _Run) -> None:
+        async with receive:
+            async for batch in receive:
+                await self._write(batch, state)
+
+    async def _write(self, batch: _Batch, state: _Run) -> None:
+        """Upsert a batch into every store, then drop stale chunks of the files it completes."""
+        if batch.documents:
+            documents = list(batch.documents)
+            if self._lexical_store is None:
+                await self._vector_store.upsert(documents, embeddings=batch.embeddings)
+            else:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(partial(self._vector_store.upsert, documents, embeddings=batch.embeddings))
+                    group.start_soon(partial(self._lexical_store.upsert, documents))
+            state.chunks_written += len(documents)
+        for stale in batch.completed:
+            for store in self._stores:
+                await store.delete(filter=stale)
+
+    async def _prune(self, state: _Run) -> None:
+        doomed: dict[str, str] = {}  # chunk id -> source_uri
+        for store in self._stores:
+            if not isinstance(store, SupportsGet):
+                continue
+            for doc in await store.get():
+                uri = doc.metadata.get(SOURCE_URI)
+                if CONTENT_HASH not in doc.metadata or not isinstance(uri, str):
+                    continue  # not written by an ingestion pipeline
+                if uri in state.kept_uris or any(uri.startswith(p) for p in state.kept_prefixes):
+                    continue
+                if uri not in state.root_uris and not any(uri.startswith(p) for p in state.root_prefixes):
+                    continue  # outside the folders of this run
+                doomed[doc.id] = uri
+        ids = sorted(doomed)
+        for start in range(0, len(ids), _ID_BATCH):
+            batch = ids[start : start + _ID_BATCH]
+            for store in self._stores:
+                await store.delete(ids=batch)
+        state.files_pruned = len(set(doomed.values()))
+
+
+class _ProgressBar:
+    """A :mod:`rich` progress bar over files on stderr; every method is a no-op when progress is off."""
+
+    def __init__(self, show: bool | None, *, total: int) -> None:
+        if show is None:
+            show = sys.stderr.isatty()
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        if show:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("files"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+            )
+            self._task = self._progress.add_task("Indexing", total=total)
+
+    def __enter__(self) -> _ProgressBar:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def describe(self, description: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=description)
+
+    def advance(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task)
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    """The first exception in a (possibly nested) exception group."""
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _ellipsize(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
+
+
+def _same_chunk(stored: Document | None, new: Document) -> bool:
+    return (
+        stored is not None
+        and stored.content == new.content
+        and all(stored.metadata.get(key) == new.metadata[key] for key in (CONTENT_HASH, CHUNKER))
+    )
+
+
+def _embedding_text(document: Document) -> str:
+    title = document.metadata.get(TITLE) or ""
+    return f"{title}\n{document.content}" if title else document.content
+
+
+def source_uri_of(path: Path) -> str:
+    """A file's ``source_uri``: its path relative to the working directory when under it, else absolute."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
+
+
+def _discover(paths: list[Path], state: _Run) -> list[_Source]:
+    """The supported files under ``paths`` (runs in a worker thread); records skips and bad paths."""
+    sources: list[_Source] = []
+
+    seen: set[Path] = set()
+
+    def consider(path: Path, uri: str) -> None:
+        resolved = path.resolve()
+        if resolved in seen:  # named twice (a folder and a file in it): index it once
+            return
+        seen.add(resolved)
+        kind = file_kind(path)
+        if kind is None:
+            state.files_skipped += 1
+            state.skipped.append(str(path))
+        else:
+            sources.append(_Source(path=path, source_uri=uri, kind=kind))
+
+    for root in paths:
+        if root.is_dir():
+            prefix = source_uri_of(root)
+            state.root_prefixes.add("" if prefix == "." else prefix.rstrip("/") + "/")
+            for directory, dirnames, filenames in os.walk(root):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                for name in sorted(filenames):
+                    if name.startswith("."):
+                        continue
+                    path = Path(directory, name)
+                    consider(path, source_uri_of(path))
+        elif root.is_file():
+            state.root_uris.add(source_uri_of(root))
+            consider(root, source_uri_of(root))
+        else:
+            message = f"{root}: no such file or directory"
+            state.errors.append(IngestionFailure(path=str(root), message=message))
+    return sources
