@@ -14,15 +14,34 @@ from fastrag.protocols import RankFusion, Retriever
 from fastrag.retrieval._validation import check_positive_int, check_query
 from fastrag.retrieval.fusion import WeightedScoreFusion
 
-__all__ = ["HybridRetriever", "default_fusion"]
+__all__ = ["LEXICAL_WEIGHT_BY_EMBEDDER", "HybridRetriever", "default_fusion"]
 
 
-def default_fusion() -> RankFusion:
-    """The fusion :class:`HybridRetriever` uses when none is given.
+LEXICAL_WEIGHT_BY_EMBEDDER: Mapping[str, float] = MappingProxyType(
+    {"static-minilm-d256": 0.9, "static-minilm-d64": 0.9}
+)
+"""BM25's share of the default min-max fusion when the dense branch uses one of these embedders.
 
-    For now: :class:`WeightedScoreFusion` with min-max normalisation and equal weights. This is the one
-    place to change when the default is settled by measurement (nDCG@10 on BEIR, ``benchmarks/``).
+Evidence (``benchmarks/fusion_defaults.py``, tables in ``docs/quality.md``): with the shipped static
+models the dense branch is far weaker than BM25 (SciFact nDCG@10 0.396 against 0.687), so equal weights
+lose 6 points; BM25 0.9 / dense 0.1 on min-max scores is at least as good as BM25 alone on SciFact
+(0.691) and XQuAD-en (0.967 against 0.965). Other embedders get equal weights, the best convex
+combination for BM25 + all-MiniLM-L6-v2 on SciFact (0.728, ``../shared/README.md``)."""
+
+
+def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusion:
+    """The fusion :class:`HybridRetriever` uses when none is given, chosen by measurement.
+
+    :class:`WeightedScoreFusion` with min-max normalisation. When the branches are exactly one branch
+    named ``"bm25"`` and one ``"vector"`` branch whose ``embedder.name`` is in
+    :data:`LEXICAL_WEIGHT_BY_EMBEDDER`, BM25 gets that weight and the dense branch the rest; otherwise all
+    branches weigh the same.
     """
+    if branches is not None and set(branches) == {"bm25", "vector"}:
+        embedder_name = getattr(getattr(branches["vector"], "embedder", None), "name", None)
+        weight = LEXICAL_WEIGHT_BY_EMBEDDER.get(embedder_name) if isinstance(embedder_name, str) else None
+        if weight is not None:
+            return WeightedScoreFusion({"bm25": weight, "vector": 1.0 - weight}, normalization="min_max")
     return WeightedScoreFusion(normalization="min_max")
 
 
@@ -67,7 +86,7 @@ class HybridRetriever:
             if not isinstance(retriever, Retriever):
                 raise InvalidParameterError(f"branch {key!r} has no retrieve() method: {retriever!r}")
         check_positive_int(candidate_k, "candidate_k")
-        fusion = default_fusion() if fusion is None else fusion
+        fusion = default_fusion(branches) if fusion is None else fusion
         if not isinstance(fusion, RankFusion):
             raise InvalidParameterError(f"fusion has no fuse() method: {fusion!r}")
         check = getattr(fusion, "check_branches", None)

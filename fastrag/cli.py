@@ -1,0 +1,176 @@
+"""The ``fastrag`` command line: index files, search them, evaluate on a BEIR dataset.
+
+Exit codes: 0 success (including a search that matched nothing, which says so); 1 invalid input (a bad
+filter, regex, parameter or setting) or files that failed to index; 2 command-line usage error; 3 the store
+failed or cannot be opened (the message names the store).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import click
+
+from fastrag.config import MODES, load_settings, open_embedder, open_store, sqlite_path
+from fastrag.errors import BackendError, FastragError
+from fastrag.models import SOURCE_URI, TITLE, Document
+
+T = TypeVar("T")
+
+EXIT_INVALID = 1
+EXIT_STORE = 3
+
+
+def _run(fn: Callable[[], Awaitable[T]], store_url: str | None = None) -> T:
+    try:
+        return anyio.run(fn)
+    except BackendError as exc:
+        message = str(exc) if exc.store else f"{store_url or 'store'}: {exc}"
+        click.echo(f"error: store failed: {message}", err=True)
+        sys.exit(EXIT_STORE)
+    except FastragError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fastrag")
+def main() -> None:
+    """fastrag: index documents and retrieve the ones that answer a question (BM25, k-NN, hybrid)."""
+
+
+# ---------------------------------------------------------------------------------------------- index
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--store", "store_url", help="Store URL (default: sqlite:///.fastrag/fastrag.db, or FASTRAG_STORE).")
+@click.option("--model", "model", help="Model2Vec model folder or name (default: the shipped static model).")
+@click.option("--chunk-size", default=1000, show_default=True, help="Chunk size in characters.")
+@click.option("--chunk-overlap", default=100, show_default=True, help="Chunk overlap in characters.")
+@click.option("--prune", is_flag=True, help="Remove chunks of files under PATHS that no longer exist.")
+def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chunk_size: int,
+          chunk_overlap: int, prune: bool) -> None:
+    """Index .txt, .md, .html files and BEIR corpus.jsonl files under PATHS (folders are walked)."""
+    from fastrag.ingestion import Chunker, IngestionPipeline
+
+    settings = load_settings({"store": store_url, "embedding_model": model})
+
+    async def go() -> Any:
+        chunker = Chunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+        async with open_embedder(settings.embedding_model) as embedder:
+            async with open_store(settings.store, embedding_model=embedder.name) as store:
+                pipeline = IngestionPipeline(embedder=embedder, vector_store=store, chunker=chunker)
+                return await pipeline.run(list(paths), prune=prune), await store.count()
+
+    report, total = _run(go, settings.store)
+    click.echo(
+        f"indexed {report.files_indexed} files ({report.chunks_written} chunks), {report.files_unchanged} unchanged, "
+        f"{report.files_skipped} skipped, {report.files_pruned} pruned; the store holds {total} chunks "
+        f"({settings.store})"
+    )
+    for error in report.errors:
+        click.echo(f"error: {error}", err=True)
+    if report.errors:
+        sys.exit(EXIT_INVALID)
+
+
+# --------------------------------------------------------------------------------------------- search
+
+
+@main.command()
+@click.argument("query")
+@click.option("--store", "store_url", help="Store URL (default: sqlite:///.fastrag/fastrag.db, or FASTRAG_STORE).")
+@click.option("--top-k", "-k", default=5, show_default=True, help="How many documents to return.")
+@click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid, or FASTRAG_MODE).")
+@click.option("--filter", "filter_json", help='Metadata filter as JSON, e.g. \'{"equals": {"key": "title", "value": "A"}}\'.')
+@click.option("--include-glob", multiple=True, help="Keep only results whose source_uri matches (repeatable).")
+@click.option("--exclude-glob", multiple=True, help="Drop results whose source_uri matches (repeatable).")
+@click.option("--path-filter", help="Keep only results whose source_uri matches this regular expression.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
+def search(query: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
+           include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
+           as_json: bool) -> None:
+    """Search the index for QUERY and print the best documents."""
+    from fastrag.config import build_retriever
+    from fastrag.filters import parse_filter
+    from fastrag.retrieval.path_filter import PathFilterRetriever
+
+    settings = load_settings({"store": store_url, "mode": mode})
+
+    async def go() -> list[Document]:
+        node = parse_filter(filter_json)
+        path = sqlite_path(settings.store)
+        if path != ":memory:" and not Path(path).exists():
+            raise BackendError("no index here yet; run `fastrag index PATH` first", store=settings.store)
+        async with open_store(settings.store) as store:
+            embedder = None
+            if settings.mode != "keyword":
+                embedder = open_embedder(settings.embedding_model or store.embedding_model)
+            try:
+                retriever = build_retriever(settings.mode, store=store, embedder=embedder)
+                retriever = PathFilterRetriever(
+                    retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None,
+                    path_filter=path_filter,
+                )
+                return await retriever.retrieve(query, k=top_k, filter=node)
+            finally:
+                if embedder is not None:
+                    await embedder.aclose()
+
+    hits = _run(go, settings.store)
+    if as_json:
+        click.echo(json.dumps({"query": query, "mode": settings.mode, "documents": [d.to_dict() for d in hits]},
+                              ensure_ascii=False, indent=2))
+        return
+    if not hits:
+        click.echo("No documents matched.")
+        return
+    for doc in hits:
+        title = doc.metadata.get(TITLE) or ""
+        snippet = " ".join(doc.content.split())[:200]
+        click.echo(f"{doc.rank + 1:>2}. [{doc.score:.4f}] {doc.metadata.get(SOURCE_URI, doc.id)}  {title}")
+        click.echo(f"    {snippet}")
+
+
+# ----------------------------------------------------------------------------------------------- eval
+
+
+@main.command(name="eval")
+@click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--split", default="test", show_default=True, help="Which qrels/{split}.tsv to use.")
+@click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid).")
+@click.option("--top-k", default=100, show_default=True, help="Documents retrieved per query (>= 100 for Recall@100).")
+@click.option("--store", "store_url", help="Index into this store instead of a temporary one.")
+@click.option("--model", "model", help="Model2Vec model folder or name (default: the shipped static model).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"ndcg@10", "recall@100", "mrr@10"} as JSON.')
+def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url: str | None,
+          model: str | None, as_json: bool) -> None:
+    """Evaluate retrieval on a BEIR dataset folder: nDCG@10, Recall@100, MRR@10."""
+    from fastrag.evaluation.beir_eval import evaluate_beir
+
+    settings = load_settings({"mode": mode, "embedding_model": model})
+
+    async def go() -> dict[str, float]:
+        with tempfile.TemporaryDirectory(prefix="fastrag-eval-") as tmp:
+            url = store_url or f"sqlite:///{tmp}/eval.db"
+            return await evaluate_beir(dataset_dir, split=split, mode=settings.mode, top_k=top_k, store_url=url,
+                                       embedding_model=settings.embedding_model)
+
+    scores = _run(go, store_url)
+    report = {key: scores[key] for key in ("ndcg@10", "recall@100", "mrr@10")}
+    if as_json:
+        click.echo(json.dumps(report))
+    else:
+        click.echo(f"{dataset_dir} ({split}, mode={settings.mode}): "
+                   + ", ".join(f"{k} = {v:.4f}" for k, v in report.items()))
+
+
+if __name__ == "__main__":
+    main()

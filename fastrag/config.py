@@ -1,0 +1,169 @@
+"""Build stores, embedders and retrievers from settings, so backends change without code changes.
+
+Settings come, in order of precedence, from explicit arguments, environment variables, a TOML file, and
+the defaults below:
+
+=======================  ===========================  ======================================================
+setting                  environment variable         default
+=======================  ===========================  ======================================================
+``store``                ``FASTRAG_STORE``            ``sqlite:///.fastrag/fastrag.db`` (relative to the cwd)
+``embedding_model``      ``FASTRAG_EMBEDDING_MODEL``  the static model shipped in the package
+``mode``                 ``FASTRAG_MODE``             ``hybrid``
+=======================  ===========================  ======================================================
+
+The TOML file is ``fastrag.toml`` in the working directory (or ``FASTRAG_CONFIG``), with the same keys
+under a ``[fastrag]`` table.
+
+Store URLs:
+
+- ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``sqlite:///:memory:``, or a bare file
+  path: the embedded :class:`~fastrag.vector_store.sqlite.SQLiteVectorStore`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from fastrag.errors import ConfigurationError, InvalidParameterError
+
+__all__ = [
+    "DEFAULT_STORE_URL",
+    "MODES",
+    "Settings",
+    "build_retriever",
+    "load_settings",
+    "open_embedder",
+    "open_store",
+]
+
+DEFAULT_STORE_URL = "sqlite:///.fastrag/fastrag.db"
+MODES = ("hybrid", "vector", "keyword")
+Mode = Literal["hybrid", "vector", "keyword"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings. ``embedding_model`` ``None`` means the store's recorded model, else the default."""
+
+    store: str = DEFAULT_STORE_URL
+    embedding_model: str | None = None
+    mode: Mode = "hybrid"
+
+
+_ENV = {"store": "FASTRAG_STORE", "embedding_model": "FASTRAG_EMBEDDING_MODEL", "mode": "FASTRAG_MODE"}
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> Settings:
+    """Resolve settings: ``overrides`` (``None`` values ignored), then environment, then TOML, then defaults.
+
+    Raises:
+        ConfigurationError: the TOML file is invalid, has unknown keys, or the mode is unknown.
+    """
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    config_path = Path(env.get("FASTRAG_CONFIG", "fastrag.toml"))
+    if config_path.is_file():
+        try:
+            table = tomllib.loads(config_path.read_text(encoding="utf-8")).get("fastrag", {})
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"{config_path}: invalid TOML: {exc}") from exc
+        unknown = set(table) - set(_ENV)
+        if unknown:
+            raise ConfigurationError(f"{config_path}: unknown settings {sorted(unknown)}; known: {sorted(_ENV)}")
+        values.update(table)
+    for key, var in _ENV.items():
+        if env.get(var):
+            values[key] = env[var]
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    settings = replace(Settings(), **values)
+    if settings.mode not in MODES:
+        raise ConfigurationError(f"unknown mode {settings.mode!r}; expected one of {', '.join(MODES)}")
+    return settings
+
+
+def sqlite_path(url: str) -> str:
+    """The file path (or ``":memory:"``) a SQLite store URL or bare path names.
+
+    Raises:
+        ConfigurationError: the URL's scheme is not a known store.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        if parsed.netloc:
+            raise ConfigurationError(f"{url}: write sqlite:///relative.db or sqlite:////absolute.db")
+        path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
+        if not path:
+            raise ConfigurationError(f"{url}: no database path")
+        return path
+    if parsed.scheme and len(parsed.scheme) > 1:  # a one-letter scheme is a Windows drive
+        raise ConfigurationError(
+            f"unknown store URL scheme {parsed.scheme!r} in {url!r}; supported: sqlite:///PATH or a file path"
+        )
+    return url
+
+
+def open_store(url: str, *, embedding_model: str | None = None, dimension: int | None = None):  # noqa: ANN201
+    """Open the store a URL names (see the module docstring); the caller closes it.
+
+    Raises:
+        ConfigurationError: unknown scheme, or settings that differ from the store's recorded ones.
+        BackendUnavailableError: the store cannot be opened.
+    """
+    from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+    return SQLiteVectorStore(sqlite_path(url), embedding_model=embedding_model, dimension=dimension)
+
+
+def open_embedder(model: str | None = None):  # noqa: ANN201
+    """A :class:`~fastrag.ingestion.steps.embedding.Model2VecEmbedder` for ``model``.
+
+    ``None`` or the shipped model's name (``"static-minilm-d256"``, which stores record) means the model
+    shipped inside the package; anything else is a local folder or a hub id.
+
+    Raises:
+        ConfigurationError: the ``model2vec`` extra is not installed.
+    """
+    from fastrag.ingestion.steps.embedding import DEFAULT_MODEL, Model2VecEmbedder
+
+    if model is None or model == DEFAULT_MODEL.name:
+        return Model2VecEmbedder(DEFAULT_MODEL)
+    return Model2VecEmbedder(model)
+
+
+def build_retriever(mode: str, *, store: Any, embedder: Any | None = None, candidate_k: int | None = None):  # noqa: ANN201
+    """The retriever for ``mode`` over one store that is both a vector and a lexical store.
+
+    Args:
+        mode: ``"hybrid"`` (dense + BM25, fused with the evidence-based default), ``"vector"`` or
+            ``"keyword"`` (BM25 only).
+        store: a store implementing the protocols the mode needs.
+        embedder: required for ``"hybrid"`` and ``"vector"``.
+        candidate_k: per-branch candidates for hybrid (default: the HybridRetriever default).
+
+    Raises:
+        ConfigurationError: unknown mode, or no embedder for a mode that needs one.
+    """
+    from fastrag.retrieval.bm25 import BM25Retriever
+    from fastrag.retrieval.hybrid import HybridRetriever
+    from fastrag.retrieval.vector import VectorRetriever
+
+    if mode not in MODES:
+        raise ConfigurationError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if mode == "keyword":
+        return BM25Retriever(store=store)
+    if embedder is None:
+        raise ConfigurationError(f"mode {mode!r} needs an embedder")
+    vector = VectorRetriever(vector_store=store, embedder=embedder)
+    if mode == "vector":
+        return vector
+    kwargs = {} if candidate_k is None else {"candidate_k": candidate_k}
+    try:
+        return HybridRetriever([vector, BM25Retriever(store=store)], **kwargs)
+    except InvalidParameterError as exc:
+        raise ConfigurationError(str(exc)) from exc
