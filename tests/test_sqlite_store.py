@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -94,25 +97,76 @@ async def test_failed_write_leaves_previous_state():
         assert await store.count() == 1
 
 
+class _FailingConnection:
+    """Delegates to a real connection, but fails the n-th full-text insert like a full disk would."""
+
+    def __init__(self, conn, fail_at: int) -> None:
+        self._conn, self._left = conn, fail_at
+
+    def execute(self, sql, *args):
+        if sql.startswith("INSERT INTO documents_fts"):
+            self._left -= 1
+            if self._left == 0:
+                raise sqlite3.OperationalError("database or disk is full")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
 @pytest.mark.anyio
-async def test_transaction_rolls_back_on_sqlite_error(monkeypatch):
+async def test_failure_mid_transaction_leaves_the_previous_state():
     async with SQLiteVectorStore() as store:
-        await store.upsert([Document(id="a", content="first")])
-        calls = {"n": 0}
-        original = store.analyzer.analyze
-
-        # Fail inside the transaction, after the first row was written: the whole batch must roll back.
-        def boom(rows, terms):
-            store._conn.execute("BEGIN IMMEDIATE")
-            store._conn.execute("INSERT INTO documents (id, content, metadata) VALUES ('z', 'z', '{}')")
-            store._conn.execute("ROLLBACK")
-            raise __import__("sqlite3").OperationalError("disk I/O error")
-
-        monkeypatch.setattr(store, "_upsert_sync", boom)
-        with pytest.raises(BackendError):
-            await store.upsert([Document(id="b", content="b")])
-        assert calls["n"] == 0 and original is not None
+        await store.upsert([Document(id="a", content="first version")], embeddings=np.ones((1, 4), dtype=np.float32))
+        real = store._conn
+        store._conn = _FailingConnection(real, fail_at=3)  # rows 1 and 2 are written, row 3 fails
+        batch = [Document(id="a", content="second version"), Document(id="b", content="bee"),
+                 Document(id="c", content="sea")]
+        with pytest.raises(BackendError, match="disk is full"):
+            await store.upsert(batch, embeddings=np.zeros((3, 4), dtype=np.float32))
+        store._conn = real
         assert await store.count() == 1
+        assert [d.content for d in await store.get()] == ["first version"]
+        assert [d.id for d in await store.search_text("first", k=5)] == ["a"]
+        assert await store.search_text("second bee sea", k=5) == []
+
+
+def test_sigkill_during_a_write_leaves_the_last_committed_state(tmp_path):
+    """A writer killed with SIGKILL in the middle of a large upsert: the file reopens with the old state."""
+    path = tmp_path / "db.sqlite"
+    writer = f"""
+import sys, anyio, numpy as np
+from fastrag.models import Document
+from fastrag.vector_store.sqlite import SQLiteVectorStore
+async def main():
+    async with SQLiteVectorStore({str(path)!r}) as s:
+        await s.upsert([Document(id="committed", content="kept")], embeddings=np.ones((1, 8), dtype=np.float32))
+        print("committed", flush=True)
+        docs = [Document(id=f"d{{i}}", content=f"text number {{i}} " * 20) for i in range(150_000)]
+        await s.upsert(docs, embeddings=np.ones((len(docs), 8), dtype=np.float32))
+        print("second commit done", flush=True)
+anyio.run(main)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "committed"
+    wal = path.with_name(path.name + "-wal")
+    deadline = time.monotonic() + 120
+    # wait until the big transaction is writing (the WAL grows), then kill the writer
+    while time.monotonic() < deadline and (not wal.exists() or wal.stat().st_size < 1_000_000):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the writer finished before it could be killed"
+    reader = f"""
+import anyio, json
+from fastrag.vector_store.sqlite import SQLiteVectorStore
+async def main():
+    async with SQLiteVectorStore({str(path)!r}) as s:
+        print(json.dumps([await s.count(), [d.id for d in await s.search_text("kept text", k=5)]]))
+anyio.run(main)
+"""
+    out = subprocess.run([sys.executable, "-c", reader], check=True, capture_output=True, text=True).stdout
+    assert json.loads(out) == [1, ["committed"]]
 
 
 def test_reopen_in_new_process(tmp_path):
