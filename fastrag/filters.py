@@ -357,10 +357,18 @@ def parse_filter(obj: FilterLike | None, *, path: str = "$") -> Filter | None:
             obj = json.loads(obj)
         except ValueError as exc:  # JSONDecodeError, or an integer literal over Python's digit limit
             raise FilterError(f"filter is not valid JSON: {getattr(exc, 'msg', exc)}", path=path) from exc
-    return _parse_node(obj, path)
+        except RecursionError as exc:
+            raise FilterError(f"filter nests deeper than {MAX_FILTER_DEPTH} levels", path=path) from exc
+    return _parse_node(obj, path, 0)
 
 
-def _parse_node(obj: Any, path: str) -> Filter:
+MAX_FILTER_DEPTH = 32
+"""How deeply logical operators may nest; deeper filters raise :class:`FilterError`."""
+
+
+def _parse_node(obj: Any, path: str, depth: int) -> Filter:
+    if depth > MAX_FILTER_DEPTH:
+        raise FilterError(f"filter nests deeper than {MAX_FILTER_DEPTH} levels", path=path)
     if not isinstance(obj, Mapping):
         raise FilterError(f"a filter node must be an object, got {type(obj).__name__}", path=path)
     if len(obj) != 1:
@@ -371,10 +379,10 @@ def _parse_node(obj: Any, path: str) -> Filter:
     here = f"{path}.{op}"
     if op in LOGICAL_OPERATORS:
         if op == "notAll" and isinstance(body, Mapping):
-            return Not((_parse_node(body, here),))
+            return Not((_parse_node(body, here, depth + 1),))
         if isinstance(body, str | bytes) or not isinstance(body, Sequence) or not body:
             raise FilterError(f"{op} needs a non-empty list of filters", path=here)
-        children = tuple(_parse_node(child, f"{here}[{i}]") for i, child in enumerate(body))
+        children = tuple(_parse_node(child, f"{here}[{i}]", depth + 1) for i, child in enumerate(body))
         return {"andAll": And, "orAll": Or, "notAll": Not}[op](children)
     if op not in COMPARISON_OPERATORS:
         raise FilterError(

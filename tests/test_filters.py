@@ -544,3 +544,22 @@ def test_ast_node_types() -> None:
     assert isinstance(node, Not)
     assert isinstance(node.filters[0], Or)
     assert isinstance(node.filters[0].filters[0], And)
+
+
+@pytest.mark.parametrize("depth", [33, 5000])
+def test_too_deep_nesting_is_a_filter_error(depth):
+    leaf = {"equals": {"key": "a", "value": 1}}
+    node = leaf
+    for _ in range(depth):
+        node = {"notAll": [node]}
+    with pytest.raises(FilterError, match="deeper than 32"):
+        parse_filter(node)
+    with pytest.raises(FilterError):
+        parse_filter(json.dumps(node) if depth < 900 else "[" * 100_000)
+
+
+def test_nesting_at_the_limit_parses():
+    node = {"equals": {"key": "a", "value": 1}}
+    for _ in range(32):
+        node = {"notAll": [node]}
+    assert matches(node, {"a": 1}) is True  # 32 negations cancel out
