@@ -6,8 +6,10 @@ always agree. Steps, in order:
 1. Unicode NFKC normalisation and case folding (``"Straße"`` -> ``"strasse"``, full-width -> ASCII).
 2. Tokens are maximal runs of letters and digits (Unicode-aware: Cyrillic, Greek, accented Latin, ...).
 3. Runs of CJK ideographs, kana and hangul, which have no spaces between words, become overlapping
-   character bigrams (a one-character run stays a unigram), as Lucene's ``CJKAnalyzer`` does. A Chinese
-   question then finds Chinese documents through the bigrams they share.
+   character bigrams, as Lucene's ``CJKAnalyzer`` does; documents also index every character as a
+   unigram (Elasticsearch's ``cjk_bigram`` with ``output_unigrams``). A query uses bigrams for runs of
+   two or more characters and the unigram for a single character, so a Chinese question finds Chinese
+   documents through the bigrams they share, and a one-character query still matches.
 4. Stopwords are dropped (English: Lucene's ``EnglishAnalyzer`` default set).
 5. Every other token is stemmed with the Snowball stemmer of the language (Porter 2001,
    https://snowballstem.org/), through the ``snowballstemmer`` package (which uses PyStemmer's C code
@@ -77,13 +79,20 @@ class Analyzer:
     def __repr__(self) -> str:
         return f"Analyzer(language={self.language!r}, stem={self.stem}, stopwords={bool(self.stopwords)})"
 
-    def analyze(self, text: str) -> list[str]:
-        """The terms of ``text``, in order, with repeats (term frequency matters to BM25)."""
+    def analyze(self, text: str, *, for_query: bool = False) -> list[str]:
+        """The terms of ``text``, with repeats (term frequency matters to BM25).
+
+        Args:
+            text: any Unicode text.
+            for_query: analyse a question rather than a document (CJK runs give bigrams only, see above).
+        """
         text = unicodedata.normalize("NFKC", text).casefold()
         terms: list[str] = []
         for token in _TOKEN.findall(text):
             if _CJK_RUN.fullmatch(token):
                 terms.extend(_bigrams(token))
+                if not for_query and len(token) > 1:
+                    terms.extend(token)
             elif token not in self.stopwords:
                 terms.append(self._stem_word(token) if self._stem_word else token)
         return terms

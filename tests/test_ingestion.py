@@ -635,3 +635,16 @@ async def test_a_file_named_twice_is_indexed_once(tmp_path: Path) -> None:
     store = SpyStore()
     report = await pipeline(store).run([tmp_path, path])
     assert report.files_indexed == 1 and store.upserted == ["a.txt#0"]
+
+
+@pytest.mark.anyio
+async def test_prune_of_the_working_directory_keeps_files_outside_it(tmp_path: Path, monkeypatch) -> None:
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    write(here, "h.md", "# H\n\nhere")
+    write(elsewhere, "e.md", "# E\n\nkiwi")
+    store = InMemoryStore()
+    monkeypatch.chdir(here)
+    await pipeline(store).run([elsewhere])  # stored with an absolute uri: outside the working directory
+    report = await pipeline(store).run([Path(".")], prune=True)
+    assert report.files_pruned == 0
+    assert sorted(d.metadata["source_uri"] for d in await store.get()) == [f"{elsewhere.resolve().as_posix()}/e.md", "h.md"]

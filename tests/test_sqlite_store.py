@@ -98,17 +98,20 @@ async def test_failed_write_leaves_previous_state():
 
 
 class _FailingConnection:
-    """Delegates to a real connection, but fails the n-th full-text insert like a full disk would."""
+    """Delegates to a real connection, but fails the n-th postings insert like a full disk would."""
 
     def __init__(self, conn, fail_at: int) -> None:
         self._conn, self._left = conn, fail_at
 
     def execute(self, sql, *args):
-        if sql.startswith("INSERT INTO documents_fts"):
+        return self._conn.execute(sql, *args)
+
+    def executemany(self, sql, *args):
+        if sql.startswith("INSERT INTO postings"):
             self._left -= 1
             if self._left == 0:
                 raise sqlite3.OperationalError("database or disk is full")
-        return self._conn.execute(sql, *args)
+        return self._conn.executemany(sql, *args)
 
     def __getattr__(self, name):
         return getattr(self._conn, name)
@@ -233,3 +236,35 @@ async def test_results_are_copies_and_inputs_untouched():
         hit = (await store.search_text("solar", k=1))[0]
     assert dict(doc.metadata) == {"k": "v"}
     assert hit.metadata["k"] == "v" and hit.rank == 0 and hit.score > 0
+
+
+@pytest.mark.anyio
+async def test_bm25_scores_are_meaningful_on_a_tiny_store():
+    """Lucene IDF stays positive: a term found in one of two documents still separates them."""
+    async with SQLiteVectorStore() as store:
+        await store.upsert([Document(id="a", content="solar power"), Document(id="b", content="wind power")])
+        hits = await store.search_text("solar", k=5)
+        # idf = ln(1 + (2 - 1 + 0.5) / (1 + 0.5)) = ln 2; tf = 1, dl = avgdl = 2:
+        # score = ln 2 * 1 * 2.2 / (1 + 1.2) = ln 2
+        assert [d.id for d in hits] == ["a"]
+        assert hits[0].score == pytest.approx(0.693147, rel=1e-5)
+        both = await store.search_text("power", k=5)
+        # a term in every document still scores: idf = ln(1 + 0.5 / 2.5) = ln 1.2 > 0
+        assert sorted(d.id for d in both) == ["a", "b"] and all(d.score == pytest.approx(0.182322, rel=1e-5) for d in both)
+
+
+@pytest.mark.anyio
+async def test_zero_query_vector_returns_nothing():
+    async with SQLiteVectorStore() as store:
+        await store.upsert([Document(id="a", content="x")], embeddings=np.ones((1, 4), dtype=np.float32))
+        assert await store.search_vector(np.zeros(4, dtype=np.float32), k=3) == []
+
+
+@pytest.mark.anyio
+async def test_single_chinese_character_and_headings_are_searchable():
+    docs = [Document(id="zh", content="向量检索很快"),
+            Document(id="h", content="body", metadata={"title": "Guide", "headings": ["Guide", "Approximate methods"]})]
+    async with SQLiteVectorStore() as store:
+        await store.upsert(docs)
+        assert [d.id for d in await store.search_text("量", k=3)] == ["zh"]
+        assert [d.id for d in await store.search_text("approximate", k=3)] == ["h"]

@@ -129,7 +129,7 @@ class _Run:
     # what this run saw: a stored chunk whose source_uri is here (or under a prefix) survives a prune
     kept_uris: set[str] = field(default_factory=set)
     kept_prefixes: set[str] = field(default_factory=set)
-    # the roots of this run, as source_uri prefixes: prune looks only under them
+    # the roots of this run, as absolute paths (folders end with "/"): prune looks only under them
     root_prefixes: set[str] = field(default_factory=set)
     root_uris: set[str] = field(default_factory=set)
     # chunks waiting to be embedded, and the sources to sweep once all their chunks are written
@@ -416,8 +416,8 @@ class IngestionPipeline:
                     continue  # not written by an ingestion pipeline
                 if uri in state.kept_uris or any(uri.startswith(p) for p in state.kept_prefixes):
                     continue
-                if uri not in state.root_uris and not any(uri.startswith(p) for p in state.root_prefixes):
-                    continue  # outside the folders of this run
+                if not _under_roots(uri, state):
+                    continue  # outside the files and folders of this run
                 doomed[doc.id] = uri
         ids = sorted(doomed)
         for start in range(0, len(ids), _ID_BATCH):
@@ -487,6 +487,14 @@ def _embedding_text(document: Document) -> str:
     return f"{title}\n{document.content}" if title else document.content
 
 
+def _under_roots(uri: str, state: _Run) -> bool:
+    """Whether a stored ``source_uri`` names a file under one of this run's roots (compared as absolute paths)."""
+    absolute = uri if uri.startswith("/") else f"{Path.cwd().resolve().as_posix()}/{uri}"
+    if any(absolute.startswith(prefix) for prefix in state.root_prefixes):
+        return True
+    return any(absolute == root or absolute.startswith(root + "#") for root in state.root_uris)
+
+
 def source_uri_of(path: Path) -> str:
     """A file's ``source_uri``: its path relative to the working directory when under it, else absolute."""
     resolved = path.resolve()
@@ -516,8 +524,7 @@ def _discover(paths: list[Path], state: _Run) -> list[_Source]:
 
     for root in paths:
         if root.is_dir():
-            prefix = source_uri_of(root)
-            state.root_prefixes.add("" if prefix == "." else prefix.rstrip("/") + "/")
+            state.root_prefixes.add(root.resolve().as_posix().rstrip("/") + "/")
             for directory, dirnames, filenames in os.walk(root):
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
                 for name in sorted(filenames):
@@ -526,7 +533,7 @@ def _discover(paths: list[Path], state: _Run) -> list[_Source]:
                     path = Path(directory, name)
                     consider(path, source_uri_of(path))
         elif root.is_file():
-            state.root_uris.add(source_uri_of(root))
+            state.root_uris.add(root.resolve().as_posix())
             consider(root, source_uri_of(root))
         else:
             message = f"{root}: no such file or directory"
