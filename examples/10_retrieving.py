@@ -30,10 +30,12 @@ async def main() -> None:
                 for doc in docs:
                     print(f"  {doc.rank + 1}. {doc.score:.4f}  {doc.metadata['source_uri']}  {doc.metadata.get('title', '')}")
 
-            # The same question, restricted by metadata: only chunks from the filters page.
-            only_filters = field("source_uri") == "filters.md"
+            # The same question, restricted by metadata: only chunks from the filters page (its title is
+            # its first heading). Not source_uri == "filters.md": a source_uri is the file's path relative to
+            # the working directory, or absolute outside it, so it is never the bare file name.
+            only_filters = field("title") == "Filters"
             docs = await hybrid.retrieve(config.question, k=3, filter=only_filters)
-            print("\nhybrid, filter source_uri == filters.md:")
+            print("\nhybrid, filter title == Filters:")
             for doc in docs:
                 print(f"  {doc.rank + 1}. {doc.metadata['source_uri']}#{doc.metadata['chunk_index']}  "
                       f"branches={ {b: r.rank for b, r in doc.branches.items()} }")

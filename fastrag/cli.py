@@ -18,7 +18,7 @@ import anyio
 import click
 
 from fastrag.config import MODES, load_settings, open_embedder, open_store, sqlite_path
-from fastrag.errors import BackendError, FastragError
+from fastrag.errors import BackendError, ConfigurationError, FastragError
 from fastrag.models import SOURCE_URI, TITLE, Document
 
 T = TypeVar("T")
@@ -114,6 +114,12 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
             if settings.mode != "keyword":
                 embedder = open_embedder(settings.embedding_model or store.embedding_model)
             try:
+                if embedder is not None and store.embedding_model and embedder.name != store.embedding_model:
+                    # the same refusal as `fastrag index`: query vectors of another model are meaningless here
+                    raise ConfigurationError(
+                        f"{settings.store} was built with embedding model {store.embedding_model!r}, not "
+                        f"{embedder.name!r}; search it with the same model, or use --mode keyword"
+                    )
                 retriever = build_retriever(settings.mode, store=store, embedder=embedder)
                 retriever = PathFilterRetriever(
                     retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None,

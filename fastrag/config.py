@@ -56,31 +56,54 @@ class Settings:
     mode: Mode = "hybrid"
 
 
+_SQLITE_PREFIX = "sqlite:///"
+
 _ENV = {"store": "FASTRAG_STORE", "embedding_model": "FASTRAG_EMBEDDING_MODEL", "mode": "FASTRAG_MODE"}
 
 
 def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> Settings:
     """Resolve settings: ``overrides`` (``None`` values ignored), then environment, then TOML, then defaults.
 
+    Args:
+        overrides: values that win over everything else (the command-line options); keys are setting names.
+        env: the environment to read (default: ``os.environ``); ``FASTRAG_CONFIG`` in it names the TOML file,
+            else ``fastrag.toml`` in the working directory is read when it exists.
+
     Raises:
-        ConfigurationError: the TOML file is invalid, has unknown keys, or the mode is unknown.
+        ConfigurationError: the TOML file is invalid or unreadable, its ``[fastrag]`` table has unknown keys
+            or non-string values, ``FASTRAG_CONFIG`` names a file that does not exist, an override names an
+            unknown setting, or the mode is unknown.
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
-    config_path = Path(env.get("FASTRAG_CONFIG", "fastrag.toml"))
+    explicit = env.get("FASTRAG_CONFIG")
+    config_path = Path(explicit or "fastrag.toml")
+    if explicit and not config_path.is_file():
+        raise ConfigurationError(f"FASTRAG_CONFIG names {str(config_path)!r}, which is not a file")
     if config_path.is_file():
         try:
             table = tomllib.loads(config_path.read_text(encoding="utf-8")).get("fastrag", {})
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigurationError(f"{config_path}: invalid TOML: {exc}") from exc
+        except OSError as exc:
+            raise ConfigurationError(f"{config_path}: cannot read: {exc}") from exc
+        if not isinstance(table, dict):
+            raise ConfigurationError(f"{config_path}: 'fastrag' must be a table ([fastrag]), got {table!r}")
         unknown = set(table) - set(_ENV)
         if unknown:
             raise ConfigurationError(f"{config_path}: unknown settings {sorted(unknown)}; known: {sorted(_ENV)}")
+        for key, value in table.items():
+            if not isinstance(value, str):
+                raise ConfigurationError(f"{config_path}: {key} must be a string, got {value!r}")
         values.update(table)
     for key, var in _ENV.items():
         if env.get(var):
             values[key] = env[var]
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = set(given) - set(_ENV)
+    if unknown:
+        raise ConfigurationError(f"unknown settings {sorted(unknown)}; known: {sorted(_ENV)}")
+    values.update(given)
     settings = replace(Settings(), **values)
     if settings.mode not in MODES:
         raise ConfigurationError(f"unknown mode {settings.mode!r}; expected one of {', '.join(MODES)}")
@@ -90,20 +113,25 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
 def sqlite_path(url: str) -> str:
     """The file path (or ``":memory:"``) a SQLite store URL or bare path names.
 
+    The path after ``sqlite:///`` is taken literally (``#`` and ``?`` are part of the file name).
+
     Raises:
-        ConfigurationError: the URL's scheme is not a known store.
+        ConfigurationError: the URL is empty, a ``sqlite:`` URL is not ``sqlite:///PATH``, or the URL's
+            scheme is not a known store.
     """
-    parsed = urlparse(url)
-    if parsed.scheme == "sqlite":
-        if parsed.netloc:
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(f"empty store URL {url!r}; write sqlite:///PATH or a file path")
+    if url[: len("sqlite:")].lower() == "sqlite:":
+        if url[: len(_SQLITE_PREFIX)].lower() != _SQLITE_PREFIX:
             raise ConfigurationError(f"{url}: write sqlite:///relative.db or sqlite:////absolute.db")
-        path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
+        path = url[len(_SQLITE_PREFIX) :]
         if not path:
             raise ConfigurationError(f"{url}: no database path")
         return path
-    if parsed.scheme and len(parsed.scheme) > 1:  # a one-letter scheme is a Windows drive
+    scheme = urlparse(url).scheme
+    if scheme and len(scheme) > 1:  # a one-letter scheme is a Windows drive
         raise ConfigurationError(
-            f"unknown store URL scheme {parsed.scheme!r} in {url!r}; supported: sqlite:///PATH or a file path"
+            f"unknown store URL scheme {scheme!r} in {url!r}; supported: sqlite:///PATH or a file path"
         )
     return url
 

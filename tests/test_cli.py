@@ -1,0 +1,428 @@
+"""The ``fastrag`` command line: index, search, eval; exit codes and messages as docs/cli.md states them.
+
+Most tests call the click command in-process (``CliRunner``, exceptions not caught, so a crash is a failure
+and never passes for "exit 1"); a few run ``python -m fastrag.cli`` as a real process to check what a shell
+sees. Every test works in its own folder, with no FASTRAG_* variable inherited from the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from fastrag.cli import main
+
+_NO_FASTRAG_ENV = {"FASTRAG_STORE": None, "FASTRAG_MODE": None, "FASTRAG_EMBEDDING_MODEL": None, "FASTRAG_CONFIG": None}
+
+# A small tree: every file says "Field report", and each has words no other file has.
+FILES = {
+    "notes/pelican.md": "# Pelican\n\nField report: pelicans scoop fish with a throat pouch.\n",
+    "notes/sub/zebra.txt": "Field report: zebras graze on the savanna grassland.\n",
+    "notes/volcano.html": (
+        "<html><head><title>Volcano</title></head>"
+        "<body><p>Field report: volcanoes erupt molten lava.</p></body></html>\n"
+    ),
+    "guides/deep/pelican-care.md": "# Pelican care\n\nField report: feed a rescued bird fresh sardines twice a day.\n",
+}
+ALL_URIS = set(FILES)
+DEFAULT_STORE = "sqlite:///.fastrag/fastrag.db"
+
+
+def write_files(root: Path, files: dict[str, str | bytes]) -> None:
+    for rel, body in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(body, bytes):
+            path.write_bytes(body)
+        else:
+            path.write_text(body, encoding="utf-8")
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Run the command in-process in the current working directory."""
+    return CliRunner().invoke(main, list(args), env={**_NO_FASTRAG_ENV, **(env or {})}, catch_exceptions=False)
+
+
+def run_process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m fastrag.cli`` as a separate process, as a shell would."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_")}
+    return subprocess.run(
+        [sys.executable, "-m", "fastrag.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def search_json(*args: str, env: dict[str, str] | None = None) -> dict:
+    result = cli("search", *args, "--json", env=env)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def uris(payload: dict) -> list[str]:
+    return [d["metadata"]["source_uri"] for d in payload["documents"]]
+
+
+@pytest.fixture(scope="module")
+def indexed_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding FILES and the default store, indexed once for the read-only tests."""
+    root = tmp_path_factory.mktemp("indexed")
+    write_files(root, FILES)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        result = cli("index", "notes", "guides")
+    assert result.exit_code == 0, result.stderr
+    return root
+
+
+@pytest.fixture
+def in_index(indexed_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(indexed_dir)
+    return indexed_dir
+
+
+# ---------------------------------------------------------------------------------------------- index
+
+
+def test_index_reports_files_and_chunks_and_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_files(tmp_path, FILES)
+    monkeypatch.chdir(tmp_path)
+    result = cli("index", "notes", "guides")
+    assert result.exit_code == 0, result.stderr
+    # four short files, one chunk each, into the default store under the working directory
+    assert "indexed 4 files (4 chunks)" in result.stdout
+    assert DEFAULT_STORE in result.stdout
+    assert (tmp_path / ".fastrag" / "fastrag.db").is_file()
+
+
+def test_reindexing_unchanged_files_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_files(tmp_path, FILES)
+    monkeypatch.chdir(tmp_path)
+    assert cli("index", "notes", "guides").exit_code == 0
+    again = cli("index", "notes", "guides")
+    assert again.exit_code == 0, again.stderr
+    assert "indexed 0 files (0 chunks), 4 unchanged" in again.stdout
+    assert "the store holds 4 chunks" in again.stdout
+
+
+def test_reindexing_a_changed_file_replaces_it_and_prune_drops_a_deleted_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_files(tmp_path, FILES)
+    monkeypatch.chdir(tmp_path)
+    assert cli("index", "notes").exit_code == 0
+    (tmp_path / "notes/sub/zebra.txt").write_text("Field report: giraffes browse acacia trees.\n", encoding="utf-8")
+    (tmp_path / "notes/volcano.html").unlink()
+
+    result = cli("index", "notes", "--prune")
+    assert result.exit_code == 0, result.stderr
+    assert "indexed 1 files" in result.stdout and "1 unchanged" in result.stdout and "1 pruned" in result.stdout
+    assert "the store holds 2 chunks" in result.stdout
+
+    assert uris(search_json("acacia", "--mode", "keyword")) == ["notes/sub/zebra.txt"]
+    assert search_json("savanna", "--mode", "keyword")["documents"] == []  # the old text is gone
+    assert search_json("lava", "--mode", "keyword")["documents"] == []  # the deleted file is gone
+
+
+def test_a_file_that_is_not_utf8_fails_the_run_but_the_others_are_indexed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_files(tmp_path, {"mixed/good.md": "# Good\n\nAlbatrosses glide over the ocean.\n",
+                           "mixed/bad.txt": b"\xff\xfe\xfa not utf-8 albatross\n"})
+    monkeypatch.chdir(tmp_path)
+    result = cli("index", "mixed")
+    assert result.exit_code == 1
+    assert "bad.txt" in result.stderr and "UTF-8" in result.stderr
+    assert "indexed 1 files" in result.stdout
+    assert uris(search_json("albatross", "--mode", "keyword")) == ["mixed/good.md"]
+
+
+def test_index_into_a_corrupt_store_exits_3_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_files(tmp_path, FILES)
+    (tmp_path / "broken.db").write_bytes(b"this is not a SQLite database " * 200)
+    monkeypatch.chdir(tmp_path)
+    result = cli("index", "notes", "--store", "sqlite:///broken.db")
+    assert result.exit_code == 3
+    assert "broken.db" in result.stderr
+
+
+# --------------------------------------------------------------------------------------------- search
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_search_puts_the_answering_file_first_in_every_mode(in_index: Path, mode: str) -> None:
+    payload = search_json("molten lava", "--mode", mode)
+    assert payload["mode"] == mode
+    assert uris(payload)[0] == "notes/volcano.html"
+
+
+def test_keyword_mode_returns_only_files_sharing_a_term(in_index: Path) -> None:
+    assert uris(search_json("molten lava", "--mode", "keyword")) == ["notes/volcano.html"]
+    assert set(uris(search_json("field report", "--mode", "keyword"))) == ALL_URIS
+
+
+def test_vector_mode_finds_a_file_by_meaning_without_a_shared_word(in_index: Path) -> None:
+    assert search_json("magma", "--mode", "keyword")["documents"] == []
+    assert uris(search_json("magma", "--mode", "vector"))[0] == "notes/volcano.html"
+
+
+def test_search_json_has_the_documented_shape(in_index: Path) -> None:
+    payload = search_json("field report", "--mode", "keyword", "--top-k", "3")
+    assert set(payload) == {"query", "mode", "documents"}
+    assert payload["query"] == "field report" and payload["mode"] == "keyword"
+    docs = payload["documents"]
+    assert len(docs) == 3
+    for doc in docs:
+        assert set(doc) == {"id", "content", "metadata"}
+        assert doc["metadata"]["source_uri"] in ALL_URIS
+        assert doc["id"] == doc["metadata"]["source_uri"] + "#0"  # one chunk per file, ids are uri#chunk
+    assert [d["metadata"]["rank"] for d in docs] == [0, 1, 2]
+    scores = [d["metadata"]["score"] for d in docs]
+    assert scores == sorted(scores, reverse=True)
+
+    volcano = search_json("lava", "--mode", "keyword")["documents"][0]
+    assert volcano["content"] == "Field report: volcanoes erupt molten lava."
+    assert volcano["metadata"]["title"] == "Volcano"
+
+
+def test_hybrid_json_records_both_branches(in_index: Path) -> None:
+    top = search_json("molten lava")["documents"][0]  # hybrid is the default mode
+    assert top["metadata"]["source_uri"] == "notes/volcano.html"
+    assert set(top["metadata"]["branches"]) == {"bm25", "vector"}
+    assert top["metadata"]["branches"]["bm25"]["rank"] == 0
+
+
+def test_search_text_output_lists_rank_uri_and_title(in_index: Path) -> None:
+    result = cli("search", "molten lava", "--mode", "keyword")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(" 1. [") and "notes/volcano.html" in lines[0] and lines[0].endswith("Volcano")
+    assert lines[1].strip() == "Field report: volcanoes erupt molten lava."
+
+
+def test_mode_comes_from_the_option_then_the_environment(in_index: Path) -> None:
+    assert search_json("lava", env={"FASTRAG_MODE": "keyword"})["mode"] == "keyword"
+    assert search_json("lava", "--mode", "vector", env={"FASTRAG_MODE": "keyword"})["mode"] == "vector"
+
+
+def test_top_k_limits_the_results(in_index: Path) -> None:
+    assert len(search_json("field report", "--mode", "keyword", "--top-k", "2")["documents"]) == 2
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_filter_restricts_results_by_metadata(in_index: Path, mode: str) -> None:
+    only_volcano = json.dumps({"equals": {"key": "title", "value": "Volcano"}})
+    assert uris(search_json("field report", "--mode", mode, "--filter", only_volcano)) == ["notes/volcano.html"]
+    pelicans = json.dumps({"startsWith": {"key": "title", "value": "Pelican"}})
+    assert set(uris(search_json("field report", "--mode", mode, "--filter", pelicans))) == {
+        "notes/pelican.md", "guides/deep/pelican-care.md"}
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--include-glob", "*.md"], {"notes/pelican.md", "guides/deep/pelican-care.md"}),
+        (["--include-glob", "guides/**"], {"guides/deep/pelican-care.md"}),
+        (["--include-glob", "notes/*.md"], {"notes/pelican.md"}),
+        (["--include-glob", "*.{txt,html}"], {"notes/sub/zebra.txt", "notes/volcano.html"}),
+        (["--include-glob", "*.txt", "--include-glob", "*.html"], {"notes/sub/zebra.txt", "notes/volcano.html"}),
+        (["--exclude-glob", "*.md"], {"notes/sub/zebra.txt", "notes/volcano.html"}),
+        (["--include-glob", "*.md", "--exclude-glob", "guides/**"], {"notes/pelican.md"}),
+        (["--path-filter", "sub/"], {"notes/sub/zebra.txt"}),
+        (["--path-filter", r"^guides/.*\.md$"], {"guides/deep/pelican-care.md"}),
+    ],
+)
+def test_path_rules_restrict_results(in_index: Path, options: list[str], expected: set[str]) -> None:
+    payload = search_json("field report", "--mode", "keyword", *options)
+    assert set(uris(payload)) == expected
+    assert [d["metadata"]["rank"] for d in payload["documents"]] == list(range(len(expected)))
+
+
+def test_no_match_says_so_and_exits_0(in_index: Path) -> None:
+    result = cli("search", "xyzzy", "--mode", "keyword")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "No documents matched."
+    assert search_json("xyzzy", "--mode", "keyword")["documents"] == []
+
+
+def test_path_rules_that_exclude_everything_are_no_match(in_index: Path) -> None:
+    result = cli("search", "lava", "--mode", "keyword", "--include-glob", "*.pdf")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "No documents matched."
+
+
+def test_invalid_filter_json_exits_1_with_the_filter_error(in_index: Path) -> None:
+    result = cli("search", "lava", "--filter", "{bad")
+    assert result.exit_code == 1
+    assert "filter is not valid JSON" in result.stderr
+    assert result.stdout == ""
+
+
+def test_malformed_filter_exits_1_naming_the_bad_node(in_index: Path) -> None:
+    result = cli("search", "lava", "--filter", json.dumps({"equals": {"key": "title"}}))
+    assert result.exit_code == 1
+    assert "$.equals" in result.stderr
+
+
+def test_invalid_regex_exits_1_and_never_returns_unfiltered_results(in_index: Path) -> None:
+    result = cli("search", "lava", "--mode", "keyword", "--path-filter", "(")
+    assert result.exit_code == 1
+    assert "path_filter is not a valid regular expression" in result.stderr
+    assert "volcano" not in result.stdout
+
+
+def test_invalid_top_k_exits_1(in_index: Path) -> None:
+    result = cli("search", "lava", "--top-k", "0")
+    assert result.exit_code == 1
+    assert "k must be a positive int" in result.stderr
+
+
+def test_unknown_store_scheme_exits_1_naming_it(in_index: Path) -> None:
+    result = cli("search", "lava", "--store", "mongodb://localhost/db")
+    assert result.exit_code == 1
+    assert "'mongodb'" in result.stderr
+
+
+def test_search_before_index_exits_3_naming_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = cli("search", "lava")
+    assert result.exit_code == 3
+    assert DEFAULT_STORE in result.stderr and "fastrag index" in result.stderr
+    other = cli("search", "lava", "--store", "sqlite:///elsewhere/x.db")
+    assert other.exit_code == 3
+    assert "sqlite:///elsewhere/x.db" in other.stderr
+    # looking does not create an empty store
+    assert not (tmp_path / ".fastrag").exists() and not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_corrupt_store_exits_3_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    store = tmp_path / ".fastrag" / "fastrag.db"
+    store.parent.mkdir()
+    store.write_bytes(os.urandom(8192))
+    monkeypatch.chdir(tmp_path)
+    result = cli("search", "lava", "--mode", mode)
+    assert result.exit_code == 3
+    assert ".fastrag/fastrag.db" in result.stderr
+
+
+def test_search_with_another_embedding_model_than_the_index_exits_1(
+    in_index: Path, tmp_path: Path
+) -> None:
+    # a copy of the shipped model under another name: the store recorded "static-minilm-d256"
+    from fastrag.ingestion import DEFAULT_MODEL
+
+    other = tmp_path / "other-model"
+    other.mkdir()
+    for file in DEFAULT_MODEL.iterdir():
+        (other / file.name).symlink_to(file)
+    result = cli("search", "lava", "--mode", "vector", env={"FASTRAG_EMBEDDING_MODEL": str(other)})
+    assert result.exit_code == 1
+    assert "static-minilm-d256" in result.stderr and "other-model" in result.stderr
+    # keyword search embeds nothing, so it does not care
+    keyword = cli("search", "lava", "--mode", "keyword", env={"FASTRAG_EMBEDDING_MODEL": str(other)})
+    assert keyword.exit_code == 0
+
+
+def test_usage_errors_exit_2(in_index: Path) -> None:
+    assert cli("search", "lava", "--mode", "fuzzy").exit_code == 2
+    assert cli("search").exit_code == 2
+    assert cli("index").exit_code == 2
+
+
+# --------------------------------------------------------------------------------- as a real process
+
+
+def test_real_process_index_then_search(tmp_path: Path) -> None:
+    write_files(tmp_path, FILES)
+    index = run_process("index", "notes", "guides", cwd=tmp_path)
+    assert index.returncode == 0, index.stderr
+    search = run_process("search", "sardines", "--mode", "keyword", "--json", cwd=tmp_path)
+    assert search.returncode == 0, search.stderr
+    assert uris(json.loads(search.stdout)) == ["guides/deep/pelican-care.md"]
+
+
+def test_real_process_exit_codes(tmp_path: Path) -> None:
+    missing = run_process("search", "lava", cwd=tmp_path)
+    assert missing.returncode == 3
+    assert DEFAULT_STORE in missing.stderr and missing.stdout == ""
+    bad_filter = run_process("search", "lava", "--store", "sqlite:///:memory:", "--filter", "[", cwd=tmp_path)
+    assert bad_filter.returncode == 1
+    assert "filter is not valid JSON" in bad_filter.stderr
+    usage = run_process("search", "lava", "--mode", "fuzzy", cwd=tmp_path)
+    assert usage.returncode == 2
+
+
+# ----------------------------------------------------------------------------------------------- eval
+
+
+BEIR_CORPUS = [
+    {"_id": "d1", "title": "Pelican", "text": "Pelicans scoop fish with a throat pouch."},
+    {"_id": "d2", "title": "Zebra", "text": "Zebras graze on the savanna grassland."},
+    {"_id": "d3", "title": "Volcano", "text": "Volcanoes erupt molten lava."},
+    {"_id": "d4", "title": "Glacier", "text": "Glaciers carve valleys from ice."},
+    {"_id": "d5", "title": "Lighthouse", "text": "Lighthouses guide ships at night."},
+]
+BEIR_QUERIES = [
+    {"_id": "q1", "text": "pouch"},                # only d1 has the word
+    {"_id": "q2", "text": "savanna"},              # only d2
+    {"_id": "q3", "text": "lava"},                 # only d3
+    {"_id": "q4", "text": "submarine periscope"},  # no document shares a term: nothing is retrieved
+    {"_id": "q5", "text": "lighthouse"},           # only d5 shares a term; d4 is judged relevant too
+]
+QRELS = {
+    "test": [("q1", "d1", 1), ("q2", "d2", 1), ("q3", "d3", 1)],
+    "dev": [("q1", "d1", 1), ("q2", "d2", 1), ("q3", "d3", 1), ("q4", "d4", 1), ("q5", "d5", 1), ("q5", "d4", 1)],
+}
+
+
+@pytest.fixture
+def beir_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "tiny"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in BEIR_CORPUS), encoding="utf-8")
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in BEIR_QUERIES), encoding="utf-8")
+    for split, rows in QRELS.items():
+        lines = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t{s}" for q, d, s in rows]
+        (root / "qrels" / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def test_eval_json_when_every_query_finds_its_one_document_first(
+    beir_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = cli("eval", str(beir_dir), "--mode", "keyword", "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(report) == {"ndcg@10", "recall@100", "mrr@10"}
+    assert report == pytest.approx({"ndcg@10": 1.0, "recall@100": 1.0, "mrr@10": 1.0})
+    # the temporary store is gone, and nothing was written to the working directory
+    assert not (tmp_path / ".fastrag").exists()
+
+
+def test_eval_json_means_over_queries_worked_by_hand(beir_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = cli("eval", str(beir_dir), "--mode", "keyword", "--split", "dev", "--json")
+    assert result.exit_code == 0, result.stderr
+    # q1..q3: 1 each. q4: nothing retrieved, 0 each. q5: d5 at rank 1, d4 never retrieved:
+    #   nDCG@10 = (1 / log2 2) / (1 / log2 2 + 1 / log2 3), Recall@100 = 1/2, MRR@10 = 1.
+    q5_ndcg = 1 / (1 + 1 / math.log2(3))
+    assert json.loads(result.stdout) == pytest.approx(
+        {"ndcg@10": (3 + 0 + q5_ndcg) / 5, "recall@100": (3 + 0 + 0.5) / 5, "mrr@10": (3 + 0 + 1) / 5}
+    )
+
+
+def test_eval_text_output_and_missing_split(beir_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = cli("eval", str(beir_dir), "--mode", "keyword")
+    assert result.exit_code == 0, result.stderr
+    assert "ndcg@10 = 1.0000" in result.stdout and "recall@100 = 1.0000" in result.stdout
+    missing = cli("eval", str(beir_dir), "--mode", "keyword", "--split", "train")
+    assert missing.exit_code == 1
+    assert "train.tsv" in missing.stderr

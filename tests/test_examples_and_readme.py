@@ -1,0 +1,139 @@
+"""The examples and the README's code run as written and print what they promise (STYLE.md: examples and
+docs code run in CI). Everything runs in a temporary working directory, so nothing is written to the repo."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+FASTRAG_SCRIPT = Path(sys.executable).parent / "fastrag"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_")}
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, env=env or clean_env(), capture_output=True, text=True, timeout=300)
+
+
+def readme_section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.S | re.M)
+    assert match, f"README.md has no '## {title}' section"
+    return match.group(1)
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M)
+
+
+def commands(block: str) -> list[str]:
+    """The commands of a one-line shell block, split on ``&&``."""
+    return [" ".join(shlex.split(part)) for part in block.strip().split("&&")]
+
+
+# ------------------------------------------------------------------------------------------- examples
+
+
+def test_indexing_then_retrieving_examples(tmp_path: Path) -> None:
+    env = clean_env(FASTRAG_STORE=f"sqlite:///{tmp_path}/ex.db")
+    indexing = run([sys.executable, str(ROOT / "examples" / "05_indexing.py")], cwd=tmp_path, env=env)
+    assert indexing.returncode == 0, indexing.stderr
+    docs_files = sorted(p for p in (ROOT / "docs").rglob("*") if p.suffix in {".md", ".txt", ".html"})
+    assert re.match(rf"{len(docs_files)} files indexed \(\d+ chunks\), 0 unchanged", indexing.stdout)
+    assert f"sqlite:///{tmp_path}/ex.db" in indexing.stdout
+
+    again = run([sys.executable, str(ROOT / "examples" / "05_indexing.py")], cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"0 files indexed (0 chunks), {len(docs_files)} unchanged")
+
+    retrieving = run([sys.executable, str(ROOT / "examples" / "10_retrieving.py")], cwd=tmp_path, env=env)
+    assert retrieving.returncode == 0, retrieving.stderr
+    out = retrieving.stdout
+    assert out.startswith("Q: How does hybrid search combine BM25 and vector results?")
+    sections = dict(re.findall(r"\n(\w[^\n]*):\n((?:  [^\n]*\n?)*)", out))
+    assert set(sections) == {"bm25", "vector", "hybrid", "hybrid, filter title == Filters"}
+    for name in ("bm25", "vector", "hybrid"):
+        lines = sections[name].splitlines()
+        assert [line.split(".")[0].strip() for line in lines] == ["1", "2", "3"]
+        assert all("docs/" in line and ".md" in line for line in lines), lines
+    # the page about hybrid search answers the question first
+    assert "docs/retrievers.md" in sections["hybrid"].splitlines()[0]
+    filtered = sections["hybrid, filter title == Filters"].splitlines()
+    assert len(filtered) == 3
+    assert all(re.search(r"docs/filters\.md#\d+\s+branches=", line) for line in filtered), filtered
+    assert not (tmp_path / ".fastrag").exists()  # FASTRAG_STORE was honoured
+
+
+def test_retrieving_example_on_an_empty_store_says_what_to_run(tmp_path: Path) -> None:
+    env = clean_env(FASTRAG_STORE=f"sqlite:///{tmp_path}/empty.db")
+    result = run([sys.executable, str(ROOT / "examples" / "10_retrieving.py")], cwd=tmp_path, env=env)
+    assert result.returncode != 0
+    assert "05_indexing.py" in result.stderr
+
+
+# --------------------------------------------------------------------------------------------- README
+
+
+def test_readme_python_example_runs_and_prints_ranked_lines(tmp_path: Path) -> None:
+    (block,) = code_blocks(readme_section("From Python"), "python")
+    script = tmp_path / "readme_example.py"
+    script.write_text(block, encoding="utf-8")
+    result = run([sys.executable, str(script)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    parsed = [re.match(r"^(\d+) (-?[\d.e-]+) (\S+) \{'(bm25|vector)': BranchResult\(", line) for line in lines]
+    assert all(parsed), lines
+    assert [int(m.group(1)) for m in parsed] == [0, 1]  # zero-based ranks, best first
+    assert sorted(m.group(3) for m in parsed) == ["1", "2"]  # both documents pass year >= 2000
+    scores = [float(m.group(2)) for m in parsed]
+    assert scores == sorted(scores, reverse=True)
+    assert (tmp_path / ".fastrag" / "demo.db").is_file()
+
+
+def test_readme_quick_start_commands() -> None:
+    intro = README.split("\n## ", 1)[0]
+    first, second = code_blocks(intro, "bash")[:2]
+    quick_start = commands(first)
+    assert quick_start[0] == "python3 -m venv .venv"
+    assert quick_start[1] == ".venv/bin/pip install -e .[model2vec]"
+    assert quick_start[2] == ".venv/bin/fastrag index docs/"
+    assert quick_start[3].startswith(".venv/bin/fastrag search ")
+    assert len(quick_start) == 4
+
+    # the test command is the one .ci/run runs, in the same order (its --quiet and pip upgrade aside)
+    ci = [
+        " ".join(w for w in shlex.split(line) if w != "--quiet")
+        for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith(("#", "set ", "cd "))
+    ]
+    readme_tests = commands(second)
+    assert readme_tests == ["python3 -m venv .venv", ".venv/bin/pip install -e .[test]", ".venv/bin/pytest"]
+    assert [c for c in ci if c in readme_tests] == readme_tests
+    assert set(ci) - set(readme_tests) == {".venv/bin/pip install --upgrade pip"}
+
+
+@pytest.mark.skipif(not FASTRAG_SCRIPT.exists(), reason="the fastrag console script is not installed next to python")
+def test_readme_quick_start_index_and_search_work(tmp_path: Path) -> None:
+    """The README's `fastrag index docs/` and `fastrag search "..."`, run on a copy of docs/."""
+    first = code_blocks(README.split("\n## ", 1)[0], "bash")[0]
+    search_args = shlex.split(first.split("&&")[3])[1:]  # drop ".venv/bin/fastrag"
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    index = run([str(FASTRAG_SCRIPT), "index", "docs/"], cwd=tmp_path)
+    assert index.returncode == 0, index.stderr
+    search = run([str(FASTRAG_SCRIPT), *search_args], cwd=tmp_path)
+    assert search.returncode == 0, search.stderr
+    ranked = [line for line in search.stdout.splitlines() if re.match(r"^\s*\d+\. \[", line)]
+    assert len(ranked) == 5  # the default --top-k
+    assert "docs/retrievers.md" in ranked[0]

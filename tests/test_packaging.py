@@ -1,0 +1,178 @@
+"""Packaging promises: ``import fastrag`` needs no extra and loads no backend SDK or model library; a missing
+extra is reported with the exact install command; the ``fastrag`` command is installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from importlib.metadata import entry_points, version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OPTIONAL = ["model2vec", "pymilvus", "qdrant_client", "chromadb", "opensearchpy", "cohere", "torch",
+            "sentence_transformers", "lingua"]
+
+# Installed first in sys.meta_path of a fresh interpreter. Every attempt to import one of OPTIONAL is
+# recorded and fails, the way an import of a package that is installed but broken fails.
+BLOCKER = textwrap.dedent(
+    f"""
+    import importlib.abc, importlib.machinery, sys
+
+    BLOCKED = set({OPTIONAL!r})
+    ATTEMPTS = []
+
+    class _Refuse(importlib.abc.Loader):
+        def create_module(self, spec):
+            raise ModuleNotFoundError(f"No module named {{spec.name!r}} (blocked by the test)", name=spec.name)
+
+        def exec_module(self, module):
+            raise AssertionError("unreachable")
+
+    class Blocker(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                ATTEMPTS.append(name)
+                return importlib.machinery.ModuleSpec(name, _Refuse())
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    """
+)
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_")}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_import_fastrag_needs_and_loads_no_optional_package() -> None:
+    code = BLOCKER + textwrap.dedent(
+        """
+        import fastrag
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        assert not ATTEMPTS and not loaded, (ATTEMPTS, loaded)
+        import fastrag.cli, fastrag.config, fastrag.retrieval, fastrag.vector_store.sqlite, fastrag.ingestion
+        import fastrag.evaluation, fastrag.filters, fastrag.models, fastrag.errors
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        assert not ATTEMPTS and not loaded, (ATTEMPTS, loaded)
+        print("ok")
+        """
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_a_broken_model2vec_is_reported_with_the_install_command() -> None:
+    code = BLOCKER + textwrap.dedent(
+        """
+        import anyio
+        from fastrag.errors import ConfigurationError
+        from fastrag.ingestion import Model2VecEmbedder
+
+        try:
+            anyio.run(Model2VecEmbedder().embed_query, "hello")
+        except ConfigurationError as exc:
+            print(exc)
+        else:
+            raise SystemExit("no error")
+        """
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert 'pip install "fastrag[model2vec]"' in result.stdout
+
+
+def test_a_missing_model2vec_is_reported_with_the_install_command() -> None:
+    # sys.modules[name] = None is how Python marks a module as absent: find_spec gives None, import fails
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["model2vec"] = None
+        from fastrag.errors import ConfigurationError
+        from fastrag.config import open_embedder
+
+        try:
+            open_embedder()
+        except ConfigurationError as exc:
+            print(exc)
+        else:
+            raise SystemExit("no error")
+        """
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert 'pip install "fastrag[model2vec]"' in result.stdout
+
+
+def test_keyword_search_from_the_cli_works_without_model2vec(tmp_path: Path) -> None:
+    # BM25 needs no model: index a folder through the library with a fake embedder, then search
+    # it from the command line with model2vec missing.
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "volcano.md").write_text("# Volcano\n\nVolcanoes erupt molten lava.\n", encoding="utf-8")
+    code = textwrap.dedent(
+        f"""
+        import os, sys
+        os.chdir({str(tmp_path)!r})
+        import anyio
+        from fastrag.ingestion import IngestionPipeline
+        from fastrag.testing.fakes import HashingEmbedder
+        from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+        async def index():
+            async with HashingEmbedder() as embedder, SQLiteVectorStore("store.db") as store:
+                await IngestionPipeline(embedder=embedder, vector_store=store).run(["notes"])
+
+        anyio.run(index)
+        sys.modules["model2vec"] = None
+        from fastrag.cli import main
+        sys.argv = ["fastrag", "search", "lava", "--mode", "keyword", "--store", "store.db"]
+        main()
+        """
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert "notes/volcano.md" in result.stdout
+
+
+def test_the_fastrag_command_is_declared_and_installed() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["scripts"] == {"fastrag": "fastrag.cli:main"}
+    (script,) = entry_points(group="console_scripts", name="fastrag")
+    from fastrag.cli import main
+
+    assert script.load() is main
+
+
+def test_version_is_the_same_everywhere() -> None:
+    import fastrag
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert fastrag.__version__ == pyproject["project"]["version"] == version("fastrag")
+    result = subprocess.run([sys.executable, "-m", "fastrag.cli", "--version"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0
+    assert fastrag.__version__ in result.stdout
+
+
+def test_every_backend_extra_is_declared_and_all_includes_model2vec() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert any(dep.startswith("model2vec") for dep in extras["model2vec"])
+    assert "fastrag[model2vec]" in extras["all"]
+    # the test extra is what .ci/run installs; it must bring the shipped model's runtime
+    assert "fastrag[model2vec]" in extras["test"]
+
+
+def test_the_shipped_model_lives_inside_the_package() -> None:
+    from fastrag.ingestion import DEFAULT_MODEL
+
+    import fastrag
+
+    package = Path(fastrag.__file__).resolve().parent
+    assert DEFAULT_MODEL.resolve().is_relative_to(package)
+    assert (DEFAULT_MODEL / "model.safetensors").stat().st_size > 1_000_000  # real weights, not an LFS pointer
