@@ -11,6 +11,8 @@ Quick start::
 Importing fastrag loads no backend SDK and no model; those load when first used.
 """
 
+import logging
+
 from fastrag.errors import (
     BackendError,
     BackendUnavailableError,
@@ -33,6 +35,10 @@ from fastrag.retrieval import (
 from fastrag.vector_store.sqlite import SQLiteVectorStore
 
 __version__ = "0.1.0"
+
+# A library never configures logging; without this, Python's last-resort handler would print our
+# warnings to stderr twice over what the CLI already reports.
+logging.getLogger("fastrag").addHandler(logging.NullHandler())
 
 __all__ = [
     "BM25Retriever",

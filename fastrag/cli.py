@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import anyio
 import click
 
-from fastrag.config import MODES, load_settings, open_embedder, open_store, sqlite_path
+from fastrag.config import MODES, Settings, load_settings, open_embedder, open_store, sqlite_path
 from fastrag.errors import BackendError, ConfigurationError, FastragError
 from fastrag.models import SOURCE_URI, TITLE, Document
 
@@ -34,6 +34,15 @@ def _run(fn: Callable[[], Awaitable[T]], store_url: str | None = None) -> T:
         message = str(exc) if exc.store else f"{store_url or 'store'}: {exc}"
         click.echo(f"error: store failed: {message}", err=True)
         sys.exit(EXIT_STORE)
+    except FastragError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+
+
+def _settings(overrides: dict[str, Any]) -> Settings:
+    """Resolve settings; a bad setting is invalid input (exit 1), never a traceback."""
+    try:
+        return load_settings(overrides)
     except FastragError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)
@@ -60,7 +69,7 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chu
     """Index .txt, .md, .html files and BEIR corpus.jsonl files under PATHS (folders are walked)."""
     from fastrag.ingestion import Chunker, IngestionPipeline
 
-    settings = load_settings({"store": store_url, "embedding_model": model})
+    settings = _settings({"store": store_url, "embedding_model": model})
 
     async def go() -> Any:
         chunker = Chunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
@@ -72,8 +81,8 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chu
     report, total = _run(go, settings.store)
     click.echo(
         f"indexed {report.files_indexed} files ({report.chunks_written} chunks), {report.files_unchanged} unchanged, "
-        f"{report.files_skipped} skipped, {report.files_pruned} pruned; the store holds {total} chunks "
-        f"({settings.store})"
+        f"{report.files_skipped} skipped, {len(report.errors)} failed, {report.files_pruned} pruned; "
+        f"the store holds {total} chunks ({settings.store})"
     )
     for error in report.errors:
         click.echo(f"error: {error}", err=True)
@@ -102,7 +111,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
     from fastrag.filters import parse_filter
     from fastrag.retrieval.path_filter import PathFilterRetriever
 
-    settings = load_settings({"store": store_url, "mode": mode})
+    settings = _settings({"store": store_url, "mode": mode})
 
     async def go() -> list[Document]:
         node = parse_filter(filter_json)
@@ -161,7 +170,10 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
     """Evaluate retrieval on a BEIR dataset folder: nDCG@10, Recall@100, MRR@10."""
     from fastrag.evaluation.beir_eval import evaluate_beir
 
-    settings = load_settings({"mode": mode, "embedding_model": model})
+    if top_k < 100:
+        click.echo(f"error: --top-k must be at least 100 to report Recall@100, got {top_k}", err=True)
+        sys.exit(EXIT_INVALID)
+    settings = _settings({"mode": mode, "embedding_model": model})
 
     async def go() -> dict[str, float]:
         with tempfile.TemporaryDirectory(prefix="fastrag-eval-") as tmp:

@@ -138,7 +138,8 @@ def test_a_file_that_is_not_utf8_fails_the_run_but_the_others_are_indexed(
     result = cli("index", "mixed")
     assert result.exit_code == 1
     assert "bad.txt" in result.stderr and "UTF-8" in result.stderr
-    assert "indexed 1 files" in result.stdout
+    assert "indexed 1 files" in result.stdout and "1 failed" in result.stdout
+    assert result.stderr.count("bad.txt") == 1  # reported once, not again by a logging fallback
     assert uris(search_json("albatross", "--mode", "keyword")) == ["mixed/good.md"]
 
 
@@ -426,3 +427,18 @@ def test_eval_text_output_and_missing_split(beir_dir: Path, tmp_path: Path, monk
     missing = cli("eval", str(beir_dir), "--mode", "keyword", "--split", "train")
     assert missing.exit_code == 1
     assert "train.tsv" in missing.stderr
+
+
+@pytest.mark.parametrize("command", [["search", "anything"], ["index", "."], ["eval", "."]])
+def test_a_bad_setting_is_an_error_line_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         command: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = cli(*command, env={"FASTRAG_MODE": "bogus"})
+    assert result.exit_code == 1
+    assert "unknown mode 'bogus'" in result.output and "Traceback" not in result.output
+
+
+def test_eval_refuses_a_top_k_below_the_recall_cutoff(tmp_path: Path) -> None:
+    result = cli("eval", str(tmp_path), "--top-k", "5")
+    assert result.exit_code == 1
+    assert "at least 100" in result.output
