@@ -23,9 +23,9 @@ LEXICAL_WEIGHT_BY_EMBEDDER: Mapping[str, float] = MappingProxyType(
 """BM25's share of the default min-max fusion when the dense branch uses one of these embedders.
 
 Evidence (``benchmarks/fusion_defaults.py``, tables in ``docs/quality.md``): with the shipped static
-models the dense branch is far weaker than BM25 (SciFact nDCG@10 0.396 against 0.687), so equal weights
+models the dense branch is far weaker than BM25 (SciFact nDCG@10 0.396 against 0.688), so equal weights
 lose 6 points; BM25 0.9 / dense 0.1 on min-max scores is at least as good as BM25 alone on SciFact
-(0.691) and XQuAD-en (0.967 against 0.965). Other embedders get equal weights, the best convex
+(0.694) and XQuAD-en (0.967 against 0.965). Other embedders get equal weights, the best convex
 combination for BM25 + all-MiniLM-L6-v2 on SciFact (0.728, ``../shared/README.md``)."""
 
 
