@@ -18,10 +18,13 @@ Store URLs:
 
 - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``sqlite:///:memory:``, or a bare file
   path: the embedded :class:`~fastrag.vector_store.sqlite.SQLiteVectorStore`.
+- ``opensearch://[user:password@]host[:port]/index`` (``opensearchs://`` for HTTPS):
+  :class:`~fastrag.vector_store.opensearch.OpenSearchVectorStore` (extra ``opensearch``).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -136,13 +139,31 @@ def sqlite_path(url: str) -> str:
     return url
 
 
+_REMOTE_SCHEMES: dict[str, tuple[str, str]] = {
+    # scheme -> (module, class); each class has from_url(url, *, dimension=, embedding_model=)
+    "opensearch": ("fastrag.vector_store.opensearch", "OpenSearchVectorStore"),
+    "opensearchs": ("fastrag.vector_store.opensearch", "OpenSearchVectorStore"),
+}
+
+
+def is_sqlite_url(url: str) -> bool:
+    """Whether ``url`` names the embedded SQLite store (a ``sqlite://`` URL or a plain path)."""
+    scheme = urlparse(url).scheme
+    return scheme == "sqlite" or len(scheme) <= 1
+
+
 def open_store(url: str, *, embedding_model: str | None = None, dimension: int | None = None):  # noqa: ANN201
     """Open the store a URL names (see the module docstring); the caller closes it.
 
     Raises:
-        ConfigurationError: unknown scheme, or settings that differ from the store's recorded ones.
+        ConfigurationError: unknown scheme, a missing extra, or settings that differ from the store's.
         BackendUnavailableError: the store cannot be opened.
     """
+    scheme = urlparse(url).scheme
+    if scheme in _REMOTE_SCHEMES:
+        module_name, class_name = _REMOTE_SCHEMES[scheme]
+        module = importlib.import_module(module_name)
+        return getattr(module, class_name).from_url(url, dimension=dimension, embedding_model=embedding_model)
     from fastrag.vector_store.sqlite import SQLiteVectorStore
 
     return SQLiteVectorStore(sqlite_path(url), embedding_model=embedding_model, dimension=dimension)
