@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Literal, TypeAlias
 
-from fastrag.errors import FilterError
+from fastrag.errors import FilterError, UnsupportedFilterError
 
 __all__ = [
     "COMPARISON_OPERATORS",
@@ -69,6 +69,7 @@ __all__ = [
     "combine_filters",
     "dump_filter",
     "field",
+    "is_native_filter",
     "matches",
     "not_all",
     "or_all",
@@ -496,13 +497,37 @@ def _matches(node: Filter, metadata: Mapping[str, Any]) -> bool:
     raise FilterError(f"unknown operator {op!r}")  # unreachable: Comparison validates operators
 
 
-def combine_filters(*filters: FilterLike | None) -> Filter | None:
+def is_native_filter(obj: Any) -> bool:
+    """Whether ``obj`` is a backend's own filter rather than a fastrag one.
+
+    A fastrag filter is an AST node, a mapping (the JSON form) or a JSON string; anything else (a Qdrant
+    ``models.Filter``, an ``OpenSearchQuery``, a Milvus ``MilvusExpr``, ...) is native and passes through
+    the retrievers untouched, for the store to accept or reject with a typed error.
+    """
+    return obj is not None and not isinstance(obj, Comparison | And | Or | Not | Mapping | str)
+
+
+def combine_filters(*filters: FilterLike | Any | None) -> Filter | Any | None:
     """``andAll`` of the given filters, skipping ``None``; ``None`` when none is given.
+
+    A single native filter (see :func:`is_native_filter`) is returned as it is. A native filter cannot be
+    AND-ed with another filter here, since only its backend understands it: that raises rather than
+    dropping either filter.
 
     Raises:
         FilterError: one of the filters is malformed.
+        UnsupportedFilterError: a native filter was combined with another filter.
     """
-    nodes = [node for f in filters if (node := parse_filter(f)) is not None]
+    given = [f for f in filters if f is not None]
+    natives = [f for f in given if is_native_filter(f)]
+    if natives:
+        if len(given) > 1:
+            raise UnsupportedFilterError(
+                "a native backend filter cannot be combined with another filter; express both in the "
+                "backend's own filter, or both as fastrag filters"
+            )
+        return natives[0]
+    nodes = [node for f in given if (node := parse_filter(f)) is not None]
     if not nodes:
         return None
     return nodes[0] if len(nodes) == 1 else and_all(*nodes)

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastrag.errors import FastragError, FilterError
+from fastrag.errors import FastragError, FilterError, UnsupportedFilterError
 from fastrag.filters import (
+    combine_filters,
+    is_native_filter,
     COMPARISON_OPERATORS,
     LOGICAL_OPERATORS,
     And,
@@ -563,3 +565,18 @@ def test_nesting_at_the_limit_parses():
     for _ in range(32):
         node = {"notAll": [node]}
     assert matches(node, {"a": 1}) is True  # 32 negations cancel out
+
+
+class _BackendQuery:
+    """Stands for a backend SDK's own filter object."""
+
+
+def test_a_single_native_filter_passes_through_combine():
+    native = _BackendQuery()
+    assert combine_filters(None, native) is native
+    assert is_native_filter(native) and not is_native_filter({"equals": {"key": "a", "value": 1}})
+
+
+def test_a_native_filter_is_never_silently_combined():
+    with pytest.raises(UnsupportedFilterError):
+        combine_filters({"equals": {"key": "a", "value": 1}}, _BackendQuery())

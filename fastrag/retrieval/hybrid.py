@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
+from typing import Literal, TypeAlias
 
 import anyio
 
-from fastrag.errors import InvalidParameterError
-from fastrag.filters import FilterLike, parse_filter
+from fastrag.errors import InvalidParameterError, RetrievalTimeoutError
+from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
 from fastrag.protocols import RankFusion, Retriever
-from fastrag.retrieval._validation import check_positive_int, check_query
+from fastrag.retrieval._validation import check_k, check_positive_int, check_query
 from fastrag.retrieval.fusion import WeightedScoreFusion
+from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.result import ReturnsResult, record_branch_failure, stage, timed
 
-__all__ = ["LEXICAL_WEIGHT_BY_EMBEDDER", "HybridRetriever", "default_fusion"]
+__all__ = ["LEXICAL_WEIGHT_BY_EMBEDDER", "BranchErrorPolicy", "HybridRetriever", "default_fusion"]
+
+logger = logging.getLogger("fastrag.retrieval")
+
+BranchErrorPolicy: TypeAlias = Literal["raise", "partial"]
+_POLICIES = ("raise", "partial")
 
 
 LEXICAL_WEIGHT_BY_EMBEDDER: Mapping[str, float] = MappingProxyType(
@@ -45,7 +55,7 @@ def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusio
     return WeightedScoreFusion(normalization="min_max")
 
 
-class HybridRetriever:
+class HybridRetriever(ReturnsResult):
     """Runs every branch retriever concurrently with the same query and filter, then fuses the lists.
 
     Args:
@@ -57,11 +67,21 @@ class HybridRetriever:
         fusion: how the branch lists are combined; ``None`` uses :func:`default_fusion`.
         candidate_k: how many documents each branch is asked for (at least ``k``); fusing longer lists
             lets a document ranked low by one branch but high by another surface.
+        branch_timeout: seconds each branch may take; a branch still running then is cancelled and
+            fails with :class:`~fastrag.errors.RetrievalTimeoutError`. ``None`` (default): no limit.
+        on_branch_error: what a failing branch (an ``Exception``, a timeout included) does to the call.
+            ``"raise"`` (default): the call fails with the branch's error and the other branches are
+            cancelled. ``"partial"``: the other branches finish and their lists are fused without the
+            failed one; the failure is logged at ERROR once, and :meth:`retrieve_result` marks the result
+            ``partial`` and names the branch in ``failed_branches``. If every branch fails, the call
+            fails with the first branch's error either way.
+        limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`).
 
     Raises:
         InvalidParameterError: no retrievers; a branch lacks ``retrieve``; a mapping key is not a
-            non-empty str; ``candidate_k`` is not a positive int; ``fusion`` lacks ``fuse``; the fusion's
-            weights do not fit the branches.
+            non-empty str; ``candidate_k`` is not a positive int within ``limits.max_k``; ``fusion`` lacks
+            ``fuse``; the fusion's weights do not fit the branches; ``branch_timeout`` is not a finite
+            number > 0; ``on_branch_error`` is unknown.
     """
 
     name = "hybrid"
@@ -72,6 +92,9 @@ class HybridRetriever:
         *,
         fusion: RankFusion | None = None,
         candidate_k: int = 40,
+        branch_timeout: float | None = None,
+        on_branch_error: BranchErrorPolicy = "raise",
+        limits: RetrievalLimits = DEFAULT_LIMITS,
     ) -> None:
         if isinstance(retrievers, Mapping):
             for key in retrievers:
@@ -85,7 +108,18 @@ class HybridRetriever:
         for key, retriever in branches.items():
             if not isinstance(retriever, Retriever):
                 raise InvalidParameterError(f"branch {key!r} has no retrieve() method: {retriever!r}")
-        check_positive_int(candidate_k, "candidate_k")
+        if not isinstance(limits, RetrievalLimits):
+            raise InvalidParameterError(f"limits must be a RetrievalLimits, got {limits!r}")
+        check_positive_int(candidate_k, "candidate_k", maximum=limits.max_k)
+        if branch_timeout is not None and (
+            isinstance(branch_timeout, bool)
+            or not isinstance(branch_timeout, int | float)
+            or not math.isfinite(branch_timeout)
+            or branch_timeout <= 0
+        ):
+            raise InvalidParameterError(f"branch_timeout must be None or a finite number > 0, got {branch_timeout!r}")
+        if on_branch_error not in _POLICIES:
+            raise InvalidParameterError(f"on_branch_error must be one of {_POLICIES}, got {on_branch_error!r}")
         fusion = default_fusion(branches) if fusion is None else fusion
         if not isinstance(fusion, RankFusion):
             raise InvalidParameterError(f"fusion has no fuse() method: {fusion!r}")
@@ -95,6 +129,9 @@ class HybridRetriever:
         self._retrievers = MappingProxyType(branches)
         self._fusion = fusion
         self._candidate_k = candidate_k
+        self._branch_timeout = branch_timeout
+        self._on_branch_error: BranchErrorPolicy = on_branch_error
+        self.limits = limits
 
     @property
     def retrievers(self) -> Mapping[str, Retriever]:
@@ -111,6 +148,16 @@ class HybridRetriever:
         """How many documents each branch is asked for, at least (``max(candidate_k, k)``)."""
         return self._candidate_k
 
+    @property
+    def branch_timeout(self) -> float | None:
+        """Seconds each branch may take, or ``None``."""
+        return self._branch_timeout
+
+    @property
+    def on_branch_error(self) -> BranchErrorPolicy:
+        """``"raise"`` or ``"partial"``: what a failing branch does to the call."""
+        return self._on_branch_error
+
     async def retrieve(
         self, query: str, *, k: int = 10, filter: FilterLike | None = None  # noqa: A002
     ) -> list[Document]:
@@ -121,23 +168,44 @@ class HybridRetriever:
 
         Returns:
             Copies stamped with the fused ``score`` (higher is better; its range depends on the fusion),
-            zero-based ``rank``, and ``metadata["branches"]`` with each branch's score and rank.
+            zero-based ``rank``, and ``metadata["branches"]`` with each branch's score and rank. With
+            ``on_branch_error="partial"``, the fusion of the branches that succeeded (a failed branch
+            counts as an empty list, so the healthy branches' order is kept).
 
         Raises:
-            InvalidParameterError: ``k`` is not a positive int, or ``query`` is not a non-blank str
-                (raised before any branch runs).
+            InvalidParameterError: ``k`` is not a positive int within ``limits.max_k``, or ``query`` is not
+                a non-blank str within ``limits.max_query_chars`` (raised before any branch runs).
             FilterError: ``filter`` is malformed (raised before any branch runs).
-            Exception: whatever a branch raises, unchanged (the other branches are cancelled); several
-                branches failing at once raise an ``ExceptionGroup`` of their errors.
+            RetrievalTimeoutError: a branch ran past ``branch_timeout`` (with ``"raise"``, or when every
+                branch failed).
+            Exception: with ``"raise"``, whatever a branch raises, unchanged (the other branches are
+                cancelled); several branches failing at once raise an ``ExceptionGroup`` of their errors.
+                With ``"partial"``, only when every branch failed: the first branch's error, with a note
+                naming each other branch's error.
         """
-        check_query(query)
-        check_positive_int(k, "k")
-        node = parse_filter(filter)
+        check_query(query, self.limits)
+        check_k(k, self.limits)
+        node = combine_filters(filter)
         fetch_k = max(self._candidate_k, k)
+        partial = self._on_branch_error == "partial"
+        timeout = self._branch_timeout
         found: dict[str, list[Document]] = {}
+        failed: dict[str, Exception] = {}
 
         async def run(name: str, retriever: Retriever) -> None:
-            found[name] = await retriever.retrieve(query, k=fetch_k, filter=node)
+            try:
+                with timed(name), stage(name), anyio.move_on_after(timeout):
+                    found[name] = await retriever.retrieve(query, k=fetch_k, filter=node)
+                if name not in found:  # our deadline cancelled it (any other cancellation propagates)
+                    raise RetrievalTimeoutError(
+                        f"hybrid branch {name!r} took longer than {timeout} s", timeout=timeout or 0.0, stage=name
+                    )
+            except Exception as exc:
+                if partial:
+                    failed[name] = exc  # decided below, once every branch has finished
+                    return
+                record_branch_failure(name, exc, absorbed=False)
+                raise
 
         failure: BaseException | None = None
         try:
@@ -150,13 +218,31 @@ class HybridRetriever:
             failure = group.exceptions[0]
         if failure is not None:
             raise failure  # outside the except block, so its own __cause__/__context__ stay as they were
-        # Rebuild in branch order: fusion weights given as a sequence align with it.
-        return self._fusion.fuse({name: found[name] for name in self._retrievers}, k=k)
+        if failed:
+            ordered = [(name, failed[name]) for name in self._retrievers if name in failed]
+            if len(failed) == len(self._retrievers):
+                for name, exc in ordered:
+                    record_branch_failure(name, exc, absorbed=False)
+                first = ordered[0][1]
+                for name, exc in ordered[1:]:
+                    first.add_note(f"hybrid branch {name!r} failed too: {type(exc).__name__}: {exc}")
+                raise first
+            for name, exc in ordered:
+                record_branch_failure(name, exc, absorbed=True)
+                logger.error(
+                    "hybrid branch %r failed; fusing the other branches without it (partial result): %s: %s",
+                    name, type(exc).__name__, exc, exc_info=exc,
+                )  # fmt: skip
+        # Rebuild in branch order: fusion weights given as a sequence align with it. A failed branch
+        # contributes an empty list, which adds the same (zero) amount to every document.
+        with timed("fusion"):
+            return self._fusion.fuse({name: found.get(name, []) for name in self._retrievers}, k=k)
 
     def __repr__(self) -> str:
         return (
             f"HybridRetriever(retrievers={dict(self._retrievers)!r}, fusion={self._fusion!r}, "
-            f"candidate_k={self._candidate_k!r})"
+            f"candidate_k={self._candidate_k!r}, branch_timeout={self._branch_timeout!r}, "
+            f"on_branch_error={self._on_branch_error!r})"
         )
 
 
