@@ -20,6 +20,9 @@ Store URLs:
   path: the embedded :class:`~fastrag.vector_store.sqlite.SQLiteVectorStore`.
 - ``opensearch://[user:password@]host[:port]/index`` (``opensearchs://`` for HTTPS):
   :class:`~fastrag.vector_store.opensearch.OpenSearchVectorStore` (extra ``opensearch``).
+- ``qdrant://host[:port]/collection`` (``qdrants://`` for HTTPS), ``qdrant+memory:///collection``,
+  ``qdrant+path:///relative/dir?collection=name``; add ``?bm25=true`` for a collection that also serves
+  BM25: :class:`~fastrag.vector_store.qdrant.QdrantVectorStore` (extra ``qdrant``).
 """
 
 from __future__ import annotations
@@ -143,6 +146,10 @@ _REMOTE_SCHEMES: dict[str, tuple[str, str]] = {
     # scheme -> (module, class); each class has from_url(url, *, dimension=, embedding_model=)
     "opensearch": ("fastrag.vector_store.opensearch", "OpenSearchVectorStore"),
     "opensearchs": ("fastrag.vector_store.opensearch", "OpenSearchVectorStore"),
+    "qdrant": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
+    "qdrants": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
+    "qdrant+memory": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
+    "qdrant+path": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
 }
 
 
