@@ -23,6 +23,9 @@ Store URLs:
 - ``qdrant://host[:port]/collection`` (``qdrants://`` for HTTPS), ``qdrant+memory:///collection``,
   ``qdrant+path:///relative/dir?collection=name``; add ``?bm25=true`` for a collection that also serves
   BM25: :class:`~fastrag.vector_store.qdrant.QdrantVectorStore` (extra ``qdrant``).
+- ``chroma://host[:port]/collection`` (``chroma+https://`` for TLS), ``chroma+path:///abs/dir?collection=name``,
+  ``chroma+memory:///collection``: :class:`~fastrag.vector_store.chroma.ChromaVectorStore` (extra
+  ``chroma``; dense only, so keyword and hybrid modes need a separate lexical store).
 """
 
 from __future__ import annotations
@@ -150,6 +153,11 @@ _REMOTE_SCHEMES: dict[str, tuple[str, str]] = {
     "qdrants": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
     "qdrant+memory": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
     "qdrant+path": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
+    "chroma": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
+    "chroma+http": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
+    "chroma+https": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
+    "chroma+path": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
+    "chroma+memory": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
 }
 
 
