@@ -7,17 +7,17 @@ Running it twice writes nothing the second time: unchanged files are skipped.
 from __future__ import annotations
 
 import anyio
-from _runtime import config_from_env
+from _runtime import config_from_env, settings
 
-from fastrag.config import open_embedder, open_store
+from fastrag.config import open_embedder, open_stores
 from fastrag.ingestion import Chunker, IngestionPipeline
 
 
 async def main() -> None:
     config = config_from_env()
     async with open_embedder(config.embedding_model) as embedder:
-        async with open_store(config.store, embedding_model=embedder.name) as store:
-            pipeline = IngestionPipeline(embedder=embedder, vector_store=store,
+        async with open_stores(settings(config), embedding_model=embedder.name) as (store, lexical):
+            pipeline = IngestionPipeline(embedder=embedder, vector_store=store, lexical_store=lexical,
                                          chunker=Chunker(chunk_size=800, chunk_overlap=80))
             report = await pipeline.run([config.docs_dir], prune=True)
             print(f"{report.files_indexed} files indexed ({report.chunks_written} chunks), "

@@ -6,20 +6,20 @@ Run: python examples/05_indexing.py && python examples/10_retrieving.py
 from __future__ import annotations
 
 import anyio
-from _runtime import config_from_env
+from _runtime import config_from_env, settings
 
-from fastrag.config import open_embedder, open_store
+from fastrag.config import open_embedder, open_stores
 from fastrag.filters import field
 from fastrag.retrieval import BM25Retriever, HybridRetriever, VectorRetriever
 
 
 async def main() -> None:
     config = config_from_env()
-    async with open_store(config.store) as store:
+    async with open_stores(settings(config)) as (store, lexical):
         if await store.count() == 0:
             raise SystemExit(f"{config.store} is empty: run examples/05_indexing.py first")
         async with open_embedder(config.embedding_model or store.embedding_model) as embedder:
-            bm25 = BM25Retriever(store=store)
+            bm25 = BM25Retriever(store=lexical)
             vector = VectorRetriever(vector_store=store, embedder=embedder)
             hybrid = HybridRetriever([vector, bm25])
 

@@ -4,6 +4,7 @@
 variable                       meaning                                    default
 =============================  =========================================  ======================================
 ``FASTRAG_STORE``              store URL                                  ``sqlite:///.fastrag/examples.db``
+``FASTRAG_LEXICAL_STORE``      a second store for BM25 (for Chroma)       none: BM25 on ``FASTRAG_STORE``
 ``FASTRAG_COLLECTION``         collection / index name (remote stores)    ``fastrag_examples``
 ``FASTRAG_EMBEDDING_MODEL``    Model2Vec model folder or name             the static model shipped in fastrag
 ``FASTRAG_QUESTION``           the question ``10_retrieving.py`` asks     a question about hybrid search
@@ -16,22 +17,33 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fastrag.config import Settings
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
 class ExampleConfig:
+    """What the examples run against; ``settings`` gives it to ``fastrag.config.open_stores``."""
+
     store: str
+    lexical_store: str | None
     collection: str
     embedding_model: str | None
     question: str
     docs_dir: Path
 
 
+def settings(config: ExampleConfig) -> Settings:
+    """The fastrag settings for ``config`` (store URLs and embedding model)."""
+    return Settings(store=config.store, lexical_store=config.lexical_store, embedding_model=config.embedding_model)
+
+
 def config_from_env() -> ExampleConfig:
     """Read the example settings from the environment (see the module docstring)."""
     return ExampleConfig(
         store=os.environ.get("FASTRAG_STORE", "sqlite:///.fastrag/examples.db"),
+        lexical_store=os.environ.get("FASTRAG_LEXICAL_STORE") or None,
         collection=os.environ.get("FASTRAG_COLLECTION", "fastrag_examples"),
         embedding_model=os.environ.get("FASTRAG_EMBEDDING_MODEL") or None,
         question=os.environ.get("FASTRAG_QUESTION", "How does hybrid search combine BM25 and vector results?"),

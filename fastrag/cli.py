@@ -12,12 +12,12 @@ import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import click
 
-from fastrag.config import MODES, Settings, is_sqlite_url, load_settings, open_embedder, open_store, sqlite_path
+from fastrag.config import MODES, Settings, is_sqlite_url, load_settings, open_embedder, open_stores, sqlite_path
 from fastrag.errors import BackendError, ConfigurationError, FastragError
 from fastrag.models import SOURCE_URI, TITLE, Document
 
@@ -31,12 +31,32 @@ def _run(fn: Callable[[], Awaitable[T]], store_url: str | None = None) -> T:
     try:
         return anyio.run(fn)
     except BackendError as exc:
-        message = str(exc) if exc.store else f"{store_url or 'store'}: {exc}"
-        click.echo(f"error: store failed: {message}", err=True)
-        sys.exit(EXIT_STORE)
+        _store_failed(exc, store_url)
     except FastragError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)
+    except ExceptionGroup as group:  # several hybrid branches failed at once
+        errors = _leaves(group)
+        backend = next((e for e in errors if isinstance(e, BackendError)), None)
+        if backend is not None:
+            _store_failed(backend, store_url)
+        if all(isinstance(e, FastragError) for e in errors):
+            click.echo(f"error: {errors[0]}", err=True)
+            sys.exit(EXIT_INVALID)
+        raise
+
+
+def _store_failed(exc: BackendError, store_url: str | None) -> NoReturn:
+    message = str(exc) if exc.store else f"{store_url or 'store'}: {exc}"
+    click.echo(f"error: store failed: {message}", err=True)
+    sys.exit(EXIT_STORE)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 def _settings(overrides: dict[str, Any]) -> Settings:
@@ -64,18 +84,21 @@ def main() -> None:
 @click.option("--chunk-size", default=1000, show_default=True, help="Chunk size in characters.")
 @click.option("--chunk-overlap", default=100, show_default=True, help="Chunk overlap in characters.")
 @click.option("--prune", is_flag=True, help="Remove chunks of files under PATHS that no longer exist.")
+@click.option("--lexical-store", "lexical_store_url",
+              help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
 def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chunk_size: int,
-          chunk_overlap: int, prune: bool) -> None:
+          chunk_overlap: int, prune: bool, lexical_store_url: str | None) -> None:
     """Index .txt, .md, .html files and BEIR corpus.jsonl files under PATHS (folders are walked)."""
     from fastrag.ingestion import Chunker, IngestionPipeline
 
-    settings = _settings({"store": store_url, "embedding_model": model})
+    settings = _settings({"store": store_url, "embedding_model": model, "lexical_store": lexical_store_url})
 
     async def go() -> Any:
         chunker = Chunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
         async with open_embedder(settings.embedding_model) as embedder:
-            async with open_store(settings.store, embedding_model=embedder.name) as store:
-                pipeline = IngestionPipeline(embedder=embedder, vector_store=store, chunker=chunker)
+            async with open_stores(settings, embedding_model=embedder.name) as (store, lexical):
+                pipeline = IngestionPipeline(embedder=embedder, vector_store=store, lexical_store=lexical,
+                                             chunker=chunker)
                 return await pipeline.run(list(paths), prune=prune), await store.count()
 
     report, total = _run(go, settings.store)
@@ -103,22 +126,24 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chu
 @click.option("--exclude-glob", multiple=True, help="Drop results whose source_uri matches (repeatable).")
 @click.option("--path-filter", help="Keep only results whose source_uri matches this regular expression.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
+@click.option("--lexical-store", "lexical_store_url",
+              help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
 def search(query: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
            include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
-           as_json: bool) -> None:
+           as_json: bool, lexical_store_url: str | None) -> None:
     """Search the index for QUERY and print the best documents."""
     from fastrag.config import build_retriever
     from fastrag.filters import parse_filter
     from fastrag.retrieval.path_filter import PathFilterRetriever
 
-    settings = _settings({"store": store_url, "mode": mode})
+    settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url})
 
     async def go() -> list[Document]:
         node = parse_filter(filter_json)
         path = sqlite_path(settings.store) if is_sqlite_url(settings.store) else ":memory:"
         if path != ":memory:" and not Path(path).exists():
             raise BackendError("no index here yet; run `fastrag index PATH` first", store=settings.store)
-        async with open_store(settings.store) as store:
+        async with open_stores(settings) as (store, lexical):
             embedder = None
             if settings.mode != "keyword":
                 embedder = open_embedder(settings.embedding_model or store.embedding_model)
@@ -129,7 +154,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
                         f"{settings.store} was built with embedding model {store.embedding_model!r}, not "
                         f"{embedder.name!r}; search it with the same model, or use --mode keyword"
                     )
-                retriever = build_retriever(settings.mode, store=store, embedder=embedder)
+                retriever = build_retriever(settings.mode, store=store, embedder=embedder, lexical_store=lexical)
                 retriever = PathFilterRetriever(
                     retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None,
                     path_filter=path_filter,
@@ -165,21 +190,24 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @click.option("--store", "store_url", help="Index into this store instead of a temporary one.")
 @click.option("--model", "model", help="Model2Vec model folder or name (default: the shipped static model).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"ndcg@10", "recall@100", "mrr@10"} as JSON.')
+@click.option("--lexical-store", "lexical_store_url",
+              help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
 def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url: str | None,
-          model: str | None, as_json: bool) -> None:
+          model: str | None, as_json: bool, lexical_store_url: str | None) -> None:
     """Evaluate retrieval on a BEIR dataset folder: nDCG@10, Recall@100, MRR@10."""
     from fastrag.evaluation.beir_eval import evaluate_beir
 
     if top_k < 100:
         click.echo(f"error: --top-k must be at least 100 to report Recall@100, got {top_k}", err=True)
         sys.exit(EXIT_INVALID)
-    settings = _settings({"mode": mode, "embedding_model": model})
+    settings = _settings({"mode": mode, "embedding_model": model, "lexical_store": lexical_store_url})
 
     async def go() -> dict[str, float]:
         with tempfile.TemporaryDirectory(prefix="fastrag-eval-") as tmp:
             url = store_url or f"sqlite:///{tmp}/eval.db"
             return await evaluate_beir(dataset_dir, split=split, mode=settings.mode, top_k=top_k, store_url=url,
-                                       embedding_model=settings.embedding_model)
+                                       embedding_model=settings.embedding_model,
+                                       lexical_store_url=settings.lexical_store)
 
     scores = _run(go, store_url)
     report = {key: scores[key] for key in ("ndcg@10", "recall@100", "mrr@10")}

@@ -9,6 +9,7 @@ setting                  environment variable         default
 ``store``                ``FASTRAG_STORE``            ``sqlite:///.fastrag/fastrag.db`` (relative to the cwd)
 ``embedding_model``      ``FASTRAG_EMBEDDING_MODEL``  the static model shipped in the package
 ``mode``                 ``FASTRAG_MODE``             ``hybrid``
+``lexical_store``        ``FASTRAG_LEXICAL_STORE``    none: BM25 runs on ``store``
 =======================  ===========================  ======================================================
 
 The TOML file is ``fastrag.toml`` in the working directory (or ``FASTRAG_CONFIG``), with the same keys
@@ -33,7 +34,8 @@ from __future__ import annotations
 import importlib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +48,7 @@ __all__ = [
     "MODES",
     "Settings",
     "build_retriever",
+    "open_stores",
     "load_settings",
     "open_embedder",
     "open_store",
@@ -63,11 +66,18 @@ class Settings:
     store: str = DEFAULT_STORE_URL
     embedding_model: str | None = None
     mode: Mode = "hybrid"
+    lexical_store: str | None = None
+    """A second store for BM25, for a vector store without full text (Chroma); ``None``: ``store``."""
 
 
 _SQLITE_PREFIX = "sqlite:///"
 
-_ENV = {"store": "FASTRAG_STORE", "embedding_model": "FASTRAG_EMBEDDING_MODEL", "mode": "FASTRAG_MODE"}
+_ENV = {
+    "store": "FASTRAG_STORE",
+    "embedding_model": "FASTRAG_EMBEDDING_MODEL",
+    "mode": "FASTRAG_MODE",
+    "lexical_store": "FASTRAG_LEXICAL_STORE",
+}
 
 
 def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> Settings:
@@ -200,18 +210,46 @@ def open_embedder(model: str | None = None):  # noqa: ANN201
     return Model2VecEmbedder(model)
 
 
-def build_retriever(mode: str, *, store: Any, embedder: Any | None = None, candidate_k: int | None = None):  # noqa: ANN201
-    """The retriever for ``mode`` over one store that is both a vector and a lexical store.
+@asynccontextmanager
+async def open_stores(settings: Settings, *, embedding_model: str | None = None) -> AsyncIterator[tuple[Any, Any]]:
+    """Open ``settings.store`` and, when set, ``settings.lexical_store``; yield ``(store, lexical_store)``.
+
+    ``lexical_store`` is the same object as ``store`` when no separate one is configured. Both are closed
+    on exit.
+
+    Raises:
+        ConfigurationError: a URL is invalid, or an extra is missing.
+        BackendUnavailableError: a store cannot be opened.
+    """
+    async with AsyncExitStack() as stack:
+        store = await stack.enter_async_context(open_store(settings.store, embedding_model=embedding_model))
+        lexical = store
+        if settings.lexical_store and settings.lexical_store != settings.store:
+            lexical = await stack.enter_async_context(open_store(settings.lexical_store))
+        yield store, lexical
+
+
+def build_retriever(  # noqa: ANN201
+    mode: str,
+    *,
+    store: Any,
+    embedder: Any | None = None,
+    lexical_store: Any | None = None,
+    candidate_k: int | None = None,
+):
+    """The retriever for ``mode``: dense k-NN on ``store``, BM25 on ``lexical_store`` (default ``store``).
 
     Args:
         mode: ``"hybrid"`` (dense + BM25, fused with the evidence-based default), ``"vector"`` or
             ``"keyword"`` (BM25 only).
-        store: a store implementing the protocols the mode needs.
+        store: the vector store (and the lexical store when ``lexical_store`` is ``None``).
         embedder: required for ``"hybrid"`` and ``"vector"``.
+        lexical_store: a separate store for BM25, for vector stores without full text (Chroma).
         candidate_k: per-branch candidates for hybrid (default: the HybridRetriever default).
 
     Raises:
-        ConfigurationError: unknown mode, or no embedder for a mode that needs one.
+        ConfigurationError: unknown mode, no embedder for a mode that needs one, or a mode that needs BM25
+            over a store that has none (configure ``lexical_store``).
     """
     from fastrag.retrieval.bm25 import BM25Retriever
     from fastrag.retrieval.hybrid import HybridRetriever
@@ -219,8 +257,14 @@ def build_retriever(mode: str, *, store: Any, embedder: Any | None = None, candi
 
     if mode not in MODES:
         raise ConfigurationError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    lexical = store if lexical_store is None else lexical_store
+    if mode != "vector" and not callable(getattr(lexical, "search_text", None)):
+        raise ConfigurationError(
+            f"mode {mode!r} needs BM25, which {lexical!r} does not have; configure a lexical store "
+            "(FASTRAG_LEXICAL_STORE or --lexical-store, e.g. sqlite:///.fastrag/bm25.db)"
+        )
     if mode == "keyword":
-        return BM25Retriever(store=store)
+        return BM25Retriever(store=lexical)
     if embedder is None:
         raise ConfigurationError(f"mode {mode!r} needs an embedder")
     vector = VectorRetriever(vector_store=store, embedder=embedder)
@@ -228,6 +272,6 @@ def build_retriever(mode: str, *, store: Any, embedder: Any | None = None, candi
         return vector
     kwargs = {} if candidate_k is None else {"candidate_k": candidate_k}
     try:
-        return HybridRetriever([vector, BM25Retriever(store=store)], **kwargs)
+        return HybridRetriever([vector, BM25Retriever(store=lexical)], **kwargs)
     except InvalidParameterError as exc:
         raise ConfigurationError(str(exc)) from exc

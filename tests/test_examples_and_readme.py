@@ -76,6 +76,42 @@ def test_indexing_then_retrieving_examples(tmp_path: Path) -> None:
     assert not (tmp_path / ".fastrag").exists()  # FASTRAG_STORE was honoured
 
 
+BACKENDS = {
+    # name -> (FASTRAG_STORE, FASTRAG_LEXICAL_STORE, module the store needs, sections equal to SQLite's).
+    # Dense k-NN is exact on these small indexes, so "vector" matches everywhere; Qdrant's BM25 indexes
+    # title and text but not section headings, so its BM25 (and hence hybrid) scores differ from SQLite's.
+    "qdrant-local": ("qdrant+path:///qdrant?collection=examples&bm25=true", "", "qdrant_client", {"vector"}),
+    "chroma-embedded+sqlite-bm25": ("chroma+path:///chroma?collection=examples", "sqlite:///bm25.db", "chromadb",
+                                    {"bm25", "vector", "hybrid", "hybrid, filter title == Filters"}),
+}
+
+
+def example_sections(out: str) -> dict[str, str]:
+    return dict(re.findall(r"\n(\w[^\n]*):\n((?:  [^\n]*\n?)*)", out))
+
+
+@pytest.mark.parametrize("backend", sorted(BACKENDS))
+def test_examples_run_unchanged_on_other_backends_with_the_same_results(tmp_path: Path, backend: str) -> None:
+    """Selected by configuration only; on these small exact indexes the answers equal the SQLite default's."""
+    store, lexical, module, equal_sections = BACKENDS[backend]
+    pytest.importorskip(module, reason=f"the {backend} extra is not installed")
+
+    def both_examples(env: dict[str, str]) -> str:
+        for script in ("05_indexing.py", "10_retrieving.py"):
+            result = run([sys.executable, str(ROOT / "examples" / script)], cwd=tmp_path, env=env)
+            assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    reference = both_examples(clean_env(FASTRAG_STORE="sqlite:///reference.db"))
+    output = example_sections(both_examples(clean_env(FASTRAG_STORE=store, FASTRAG_LEXICAL_STORE=lexical)))
+    expected = example_sections(reference)
+    assert set(output) == set(expected)
+    for name in equal_sections:
+        assert output[name] == expected[name], name
+    filtered = output["hybrid, filter title == Filters"].splitlines()
+    assert len(filtered) == 3 and all("docs/filters.md#" in line for line in filtered)
+
+
 def test_retrieving_example_on_an_empty_store_says_what_to_run(tmp_path: Path) -> None:
     env = clean_env(FASTRAG_STORE=f"sqlite:///{tmp_path}/empty.db")
     result = run([sys.executable, str(ROOT / "examples" / "10_retrieving.py")], cwd=tmp_path, env=env)

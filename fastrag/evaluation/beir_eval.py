@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastrag.config import build_retriever, open_embedder, open_store
+from fastrag.config import Settings, build_retriever, open_embedder, open_stores
 from fastrag.evaluation.beir import load_beir
 from fastrag.evaluation.metrics import evaluate
 from fastrag.evaluation.runner import run_retrieval
@@ -23,6 +23,7 @@ async def evaluate_beir(
     top_k: int = 100,
     store_url: str,
     embedding_model: str | None = None,
+    lexical_store_url: str | None = None,
     concurrency: int = 8,
 ) -> dict[str, float]:
     """Index a BEIR corpus (one document per corpus entry, no chunking), run its queries, score the run.
@@ -34,6 +35,7 @@ async def evaluate_beir(
         top_k: documents retrieved per query; metrics at cut-offs above it see only ``top_k`` documents.
         store_url: where to index (a fresh store is expected; existing ids are replaced).
         embedding_model: Model2Vec model (default: the shipped one); not loaded in keyword mode.
+        lexical_store_url: a second store for BM25 (for a vector store without full text).
         concurrency: queries in flight at once.
 
     Returns:
@@ -49,15 +51,19 @@ async def evaluate_beir(
     embedder = open_embedder(embedding_model) if mode != "keyword" else None
     try:
         name = embedder.name if embedder is not None else None
-        async with open_store(store_url, embedding_model=name) as store:
+        settings = Settings(store=store_url, lexical_store=lexical_store_url)
+        async with open_stores(settings, embedding_model=name) as (store, lexical):
             for start in range(0, len(docs), _BATCH):
                 batch = docs[start : start + _BATCH]
                 embeddings = None
                 if embedder is not None:
                     texts = [f"{d.metadata.get('title', '')}\n{d.content}".strip() for d in batch]
                     embeddings = await embedder.embed_documents(texts)
-                await store.upsert(batch, embeddings=embeddings)
-            retriever = build_retriever(mode, store=store, embedder=embedder)
+                if mode != "keyword":
+                    await store.upsert(batch, embeddings=embeddings)
+                if lexical is not store or mode == "keyword":
+                    await lexical.upsert(batch, embeddings=embeddings if lexical is store else None)
+            retriever = build_retriever(mode, store=store, embedder=embedder, lexical_store=lexical)
             run = await run_retrieval(retriever, dataset.queries, k=top_k, concurrency=concurrency)
     finally:
         if embedder is not None:
