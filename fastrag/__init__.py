@@ -1,14 +1,25 @@
 """fastrag: an async retrieval SDK. A question goes in; the documents that answer it come out, best first.
 
-Quick start::
+The names most programs need are importable from here: :class:`~fastrag.models.Document`, the embedded
+:class:`~fastrag.vector_store.sqlite.SQLiteVectorStore`, the retrievers and fusions of
+:mod:`fastrag.retrieval`, the filter builder :func:`~fastrag.filters.field`, and the errors of
+:mod:`fastrag.errors`. Importing fastrag loads no backend SDK and no model; those load when first used.
 
-    from fastrag import Document, SQLiteVectorStore, BM25Retriever
+Examples:
+    Two documents in an in-memory store, and a question answered by BM25 (which needs no embedding model).
+    Everything is async: define ``main()`` and run it with ``anyio.run``.
 
-    async with SQLiteVectorStore(":memory:") as store:
-        await store.upsert([Document(id="1", content="BM25 ranks documents by term statistics")])
-        docs = await BM25Retriever(store=store).retrieve("how are documents ranked?", k=5)
-
-Importing fastrag loads no backend SDK and no model; those load when first used.
+    >>> import anyio
+    >>> from fastrag import BM25Retriever, Document, SQLiteVectorStore
+    >>> async def main():
+    ...     async with SQLiteVectorStore(":memory:") as store:
+    ...         await store.upsert([
+    ...             Document(id="1", content="BM25 ranks documents by term statistics."),
+    ...             Document(id="2", content="Boil the pasta in salted water."),
+    ...         ])
+    ...         return await BM25Retriever(store=store).retrieve("how are documents ranked?", k=5)
+    >>> [(doc.id, doc.rank) for doc in anyio.run(main)]
+    [('1', 0)]
 """
 
 import logging

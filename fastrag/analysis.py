@@ -14,6 +14,12 @@ always agree. Steps, in order:
 5. Every other token is stemmed with the Snowball stemmer of the language (Porter 2001,
    https://snowballstem.org/), through the ``snowballstemmer`` package (which uses PyStemmer's C code
    when it is installed).
+
+Multilingual text: :meth:`Analyzer.for_language` gives the analysis for text in another language, with
+the same settings and that language's stemmer (a language without a Snowball stemmer, such as Chinese or
+Japanese, is not stemmed; CJK runs are segmented into bigrams whatever the language). A store analyses
+each document in its ``metadata["language"]`` and each question in the question's language, so both
+sides of a match went through the same stemmer.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import snowballstemmer
 
 from fastrag.errors import InvalidParameterError
 
-__all__ = ["ENGLISH_STOPWORDS", "SNOWBALL_LANGUAGES", "Analyzer"]
+__all__ = ["ENGLISH_STOPWORDS", "LANGUAGE_ALIASES", "SNOWBALL_LANGUAGES", "Analyzer", "primary_language"]
 
 # Lucene EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (org.apache.lucene.analysis.en), 33 words.
 ENGLISH_STOPWORDS = frozenset(
@@ -42,6 +48,9 @@ SNOWBALL_LANGUAGES: dict[str, str] = {
     "ne": "nepali", "nl": "dutch", "no": "norwegian", "pt": "portuguese", "ro": "romanian",
     "ru": "russian", "sr": "serbian", "sv": "swedish", "ta": "tamil", "tr": "turkish", "yi": "yiddish",
 }
+
+LANGUAGE_ALIASES: dict[str, str] = {"nb": "no", "nn": "no"}
+"""Codes that share a Snowball stemmer with another: Norwegian Bokmål and Nynorsk use ``"no"``'s."""
 
 _CJK = (
     "\u3040-\u30ff"  # hiragana, katakana
@@ -75,6 +84,34 @@ class Analyzer:
         self.stem = stem and language is not None
         self.stopwords = ENGLISH_STOPWORDS if (stopwords and language == "en") else frozenset()
         self._stem_word = _stemmer(language) if self.stem else None
+        self._options = (stem, stopwords)
+        self._by_language: dict[str | None, Analyzer] = {}
+
+    def for_language(self, language: str | None) -> Analyzer:
+        """The analysis for text written in ``language``: this analyzer's settings, that language's stemmer.
+
+        Args:
+            language: a language tag (``"de"``, ``"pt-BR"``, ``"zh_Hans"``; case-insensitive; only the
+                primary subtag counts) or ``None``.
+
+        Returns:
+            ``self`` when ``language`` is ``None``, not a usable tag, or the same language as this
+            analyzer; else an analyzer with ``stem`` and ``stopwords`` as given to this one and the
+            Snowball stemmer of ``language`` (via :data:`LANGUAGE_ALIASES`), or no stemmer when it has
+            none (``"zh"``, ``"ja"``, ``"ko"``, ...). Analyzers are cached per language.
+        """
+        code = primary_language(language)
+        if code is None:
+            return self
+        code = LANGUAGE_ALIASES.get(code, code)
+        if code == self.language:
+            return self
+        found = self._by_language.get(code)
+        if found is None:
+            stem, stopwords = self._options
+            found = Analyzer(code if code in SNOWBALL_LANGUAGES else None, stem=stem, stopwords=stopwords)
+            self._by_language[code] = found
+        return found
 
     def __repr__(self) -> str:
         return f"Analyzer(language={self.language!r}, stem={self.stem}, stopwords={bool(self.stopwords)})"
@@ -96,6 +133,18 @@ class Analyzer:
             elif token not in self.stopwords:
                 terms.append(self._stem_word(token) if self._stem_word else token)
         return terms
+
+
+def primary_language(tag: object) -> str | None:
+    """The primary language subtag of a BCP 47 / ISO 639 tag, lower case: ``"pt-BR"`` -> ``"pt"``,
+    ``"zh_Hans"`` -> ``"zh"``, ``"EN"`` -> ``"en"``. ``None`` for anything else (not a string, empty, a
+    primary subtag that is not 2 or 3 ASCII letters)."""
+    if not isinstance(tag, str):
+        return None
+    primary = tag.strip().replace("_", "-").split("-", 1)[0].lower()
+    if 2 <= len(primary) <= 3 and primary.isascii() and primary.isalpha():
+        return primary
+    return None
 
 
 def _bigrams(run: str) -> list[str]:

@@ -192,8 +192,13 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @click.option("--json", "as_json", is_flag=True, help='Print {"ndcg@10", "recall@100", "mrr@10"} as JSON.')
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
+@click.option("--rerank", type=click.Choice(["none", "embedder", "cross-encoder"]), default="none", show_default=True,
+              help="Rerank each query's --top-k candidates: bi-encoder cosine (embedder) or a cross-encoder.")
+@click.option("--rerank-model",
+              help="embedder: a Model2Vec model (default: --model's); cross-encoder: a local model folder (required).")
 def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url: str | None,
-          model: str | None, as_json: bool, lexical_store_url: str | None) -> None:
+          model: str | None, as_json: bool, lexical_store_url: str | None, rerank: str,
+          rerank_model: str | None) -> None:
     """Evaluate retrieval on a BEIR dataset folder: nDCG@10, Recall@100, MRR@10."""
     from fastrag.evaluation.beir_eval import evaluate_beir
 
@@ -207,14 +212,16 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
             url = store_url or f"sqlite:///{tmp}/eval.db"
             return await evaluate_beir(dataset_dir, split=split, mode=settings.mode, top_k=top_k, store_url=url,
                                        embedding_model=settings.embedding_model,
-                                       lexical_store_url=settings.lexical_store)
+                                       lexical_store_url=settings.lexical_store, rerank=rerank,
+                                       rerank_model=rerank_model)
 
     scores = _run(go, store_url)
     report = {key: scores[key] for key in ("ndcg@10", "recall@100", "mrr@10")}
     if as_json:
         click.echo(json.dumps(report))
     else:
-        click.echo(f"{dataset_dir} ({split}, mode={settings.mode}): "
+        reranked = "" if rerank == "none" else f", rerank={rerank}"
+        click.echo(f"{dataset_dir} ({split}, mode={settings.mode}{reranked}): "
                    + ", ".join(f"{k} = {v:.4f}" for k, v in report.items()))
 
 

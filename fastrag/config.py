@@ -24,9 +24,13 @@ Store URLs:
 - ``qdrant://host[:port]/collection`` (``qdrants://`` for HTTPS), ``qdrant+memory:///collection``,
   ``qdrant+path:///relative/dir?collection=name``; add ``?bm25=true`` for a collection that also serves
   BM25: :class:`~fastrag.vector_store.qdrant.QdrantVectorStore` (extra ``qdrant``).
-- ``chroma://host[:port]/collection`` (``chroma+https://`` for TLS), ``chroma+path:///abs/dir?collection=name``,
+- ``chroma://host[:port]/collection`` (``chroma+https://`` for TLS), ``chroma+path:///relative/dir?collection=name``
+  (``chroma+path:////absolute/dir``),
   ``chroma+memory:///collection``: :class:`~fastrag.vector_store.chroma.ChromaVectorStore` (extra
   ``chroma``; dense only, so keyword and hybrid modes need a separate lexical store).
+- ``milvus://host[:port]/collection`` (``milvus+https://`` for TLS), ``milvus-lite:///relative.db?collection=name``
+  (``milvus-lite:////absolute.db``); BM25 is on unless ``?bm25=false``:
+  :class:`~fastrag.vector_store.milvus.MilvusVectorStore` (extra ``milvus``).
 """
 
 from __future__ import annotations
@@ -61,11 +65,14 @@ Mode = Literal["hybrid", "vector", "keyword"]
 
 @dataclass(frozen=True)
 class Settings:
-    """Resolved settings. ``embedding_model`` ``None`` means the store's recorded model, else the default."""
+    """Resolved settings; :func:`load_settings` says where each comes from."""
 
     store: str = DEFAULT_STORE_URL
+    """The store URL."""
     embedding_model: str | None = None
+    """A Model2Vec model folder or name; ``None``: the store's recorded model, else the shipped one."""
     mode: Mode = "hybrid"
+    """``"hybrid"``, ``"vector"`` or ``"keyword"``."""
     lexical_store: str | None = None
     """A second store for BM25, for a vector store without full text (Chroma); ``None``: ``store``."""
 
@@ -168,6 +175,9 @@ _REMOTE_SCHEMES: dict[str, tuple[str, str]] = {
     "chroma+https": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
     "chroma+path": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
     "chroma+memory": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
+    "milvus": ("fastrag.vector_store.milvus", "MilvusVectorStore"),
+    "milvus+https": ("fastrag.vector_store.milvus", "MilvusVectorStore"),
+    "milvus-lite": ("fastrag.vector_store.milvus", "MilvusVectorStore"),
 }
 
 
@@ -178,7 +188,17 @@ def is_sqlite_url(url: str) -> bool:
 
 
 def open_store(url: str, *, embedding_model: str | None = None, dimension: int | None = None):  # noqa: ANN201
-    """Open the store a URL names (see the module docstring); the caller closes it.
+    """The store a URL names (see the module docstring); the caller opens and closes it.
+
+    The store is returned unopened: use it as ``async with open_store(url) as store:``, which opens and
+    closes it. It is a :class:`~fastrag.protocols.VectorStore`, and also a
+    :class:`~fastrag.protocols.LexicalStore` when it has BM25.
+
+    Args:
+        url: a store URL, or a plain file path for SQLite.
+        embedding_model: the embedder's name, recorded by the store on first use; a store that recorded
+            another name refuses to open.
+        dimension: the vector width, when known; a store of another width refuses to open.
 
     Raises:
         ConfigurationError: unknown scheme, a missing extra, or settings that differ from the store's.
@@ -188,7 +208,8 @@ def open_store(url: str, *, embedding_model: str | None = None, dimension: int |
     if scheme in _REMOTE_SCHEMES:
         module_name, class_name = _REMOTE_SCHEMES[scheme]
         module = importlib.import_module(module_name)
-        return getattr(module, class_name).from_url(url, dimension=dimension, embedding_model=embedding_model)
+        options = {k: v for k, v in {"dimension": dimension, "embedding_model": embedding_model}.items() if v is not None}
+        return getattr(module, class_name).from_url(url, **options)
     from fastrag.vector_store.sqlite import SQLiteVectorStore
 
     return SQLiteVectorStore(sqlite_path(url), embedding_model=embedding_model, dimension=dimension)
@@ -198,7 +219,8 @@ def open_embedder(model: str | None = None):  # noqa: ANN201
     """A :class:`~fastrag.ingestion.steps.embedding.Model2VecEmbedder` for ``model``.
 
     ``None`` or the shipped model's name (``"static-minilm-d256"``, which stores record) means the model
-    shipped inside the package; anything else is a local folder or a hub id.
+    shipped inside the package (256 dimensions); anything else is a local folder or a hub id. The model loads
+    on first use or when entering ``async with``.
 
     Raises:
         ConfigurationError: the ``model2vec`` extra is not installed.
@@ -238,6 +260,10 @@ def build_retriever(  # noqa: ANN201
     candidate_k: int | None = None,
 ):
     """The retriever for ``mode``: dense k-NN on ``store``, BM25 on ``lexical_store`` (default ``store``).
+
+    The result is a :class:`~fastrag.retrieval.bm25.BM25Retriever` (keyword), a
+    :class:`~fastrag.retrieval.vector.VectorRetriever` (vector), or a
+    :class:`~fastrag.retrieval.hybrid.HybridRetriever` of both with the default fusion (hybrid).
 
     Args:
         mode: ``"hybrid"`` (dense + BM25, fused with the evidence-based default), ``"vector"`` or

@@ -15,13 +15,27 @@ a backend SDK type.
     ├── DimensionMismatchError (ValueError)    vector width differs from the store's
     ├── IngestionError                         a file could not be read or parsed
     ├── EmbeddingError                         the embedding model failed
-    └── BackendError                           the store failed while answering
-        └── BackendUnavailableError            the store cannot be reached or opened
+    ├── RerankerError                          a local reranker failed, or a reranker returned a bad result
+    └── BackendError                           the store (or a remote model API) failed while answering
+        ├── BackendUnavailableError            the store cannot be reached or opened
+        ├── AuthenticationError                the credentials were refused (HTTP 401, 403)
+        └── TransientBackendError              may succeed if retried: connection reset, timeout, 429, 503
+            ├── RateLimitError                 the backend said too many requests (HTTP 429)
+            └── RetrievalTimeoutError          a retrieval stage, branch or request ran past its timeout
+
+``InvalidParameterError`` has one subclass, ``UnknownParameterError`` (also a ``TypeError``): an unknown
+keyword argument, such as a misspelt fusion option.
+
+Only :class:`TransientBackendError` is ever retried (see :mod:`fastrag.retry`); an adapter raises it for a
+failure that says nothing about the request itself (a dropped connection, a timeout, HTTP 429 or 503) and
+sets ``retry_after`` from the backend's ``Retry-After`` when there is one. Errors about the request
+(``ValueError`` subclasses, HTTP 4xx other than 429) are never retried.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationError",
     "BackendError",
     "BackendUnavailableError",
     "ConfigurationError",
@@ -31,6 +45,11 @@ __all__ = [
     "FilterError",
     "IngestionError",
     "InvalidParameterError",
+    "RateLimitError",
+    "RerankerError",
+    "RetrievalTimeoutError",
+    "TransientBackendError",
+    "UnknownParameterError",
     "UnsupportedFilterError",
 ]
 
@@ -41,6 +60,10 @@ class FastragError(Exception):
 
 class InvalidParameterError(FastragError, ValueError):
     """An argument is out of its valid range (``k <= 0``, a negative weight, an invalid regex, ...)."""
+
+
+class UnknownParameterError(InvalidParameterError, TypeError):
+    """An unknown keyword argument (a misspelt option). Also a ``TypeError``, as Python's own would be."""
 
 
 class FilterError(FastragError, ValueError):
@@ -92,3 +115,53 @@ class BackendError(FastragError):
 
 class BackendUnavailableError(BackendError):
     """The store cannot be reached, opened or read."""
+
+
+class AuthenticationError(BackendError):
+    """The backend refused the credentials (HTTP 401 or 403: a missing, wrong or revoked API key).
+
+    Never retried: sending the same key again cannot succeed.
+    """
+
+
+class RerankerError(FastragError):
+    """A local reranker failed to load or to score, or a reranker returned an invalid result (a document
+    that was not among the candidates, the same document twice)."""
+
+
+class TransientBackendError(BackendError):
+    """The store failed in a way that may pass if the same request is sent again.
+
+    Adapters raise it for connection resets, timeouts, HTTP 429 (too many requests) and 503 (unavailable).
+    :class:`~fastrag.retry.RetryPolicy` retries only this error, and only for idempotent calls.
+
+    Attributes:
+        store: as for :class:`BackendError`.
+        retry_after: seconds the backend asked us to wait before retrying (HTTP ``Retry-After``), or ``None``.
+    """
+
+    def __init__(self, message: str, *, store: str | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, store=store)
+        self.retry_after = retry_after
+
+
+class RateLimitError(TransientBackendError):
+    """The backend refused the request because too many were sent (HTTP 429).
+
+    Retried by :class:`~fastrag.retry.RetryPolicy`, waiting at least ``retry_after`` seconds when the
+    backend sent ``Retry-After``.
+    """
+
+
+class RetrievalTimeoutError(TransientBackendError):
+    """A retrieval stage (for example one branch of a hybrid retriever) ran past its timeout and was cancelled.
+
+    Attributes:
+        timeout: the limit that was exceeded, in seconds.
+        stage: the name of the stage or branch that timed out, when known.
+    """
+
+    def __init__(self, message: str, *, timeout: float, stage: str | None = None, store: str | None = None) -> None:
+        super().__init__(message, store=store)
+        self.timeout = timeout
+        self.stage = stage

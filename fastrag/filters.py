@@ -7,10 +7,21 @@ JSON form (parse with :func:`parse_filter`, dump with :func:`dump_filter`; they 
         {"greaterThanOrEquals": {"key": "score", "value": 60}}
     ]}
 
-The same filter from Python, with the builder::
+The same filter from Python, with the builder (:func:`field`), and evaluated on one document's metadata
+with :func:`matches`:
 
-    from fastrag.filters import field
-    f = field("category").one_of(["technology", "science"]) & (field("score") >= 60)
+Examples:
+    >>> from fastrag.filters import dump_filter, field, matches, parse_filter
+    >>> f = field("category").one_of(["technology", "science"]) & (field("score") >= 60)
+    >>> dump_filter(f)
+    {'andAll': [{'in': {'key': 'category', 'value': ['technology', 'science']}},
+                {'greaterThanOrEquals': {'key': 'score', 'value': 60}}]}
+    >>> parse_filter(dump_filter(f)) == f
+    True
+    >>> matches(f, {"category": "science", "score": 72}), matches(f, {"category": "science"})
+    (True, False)
+    >>> matches(field("lang") != "en", {})  # a missing key matches notEquals
+    True
 
 Semantics (every store must return exactly the documents :func:`matches` selects):
 

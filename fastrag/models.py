@@ -48,11 +48,18 @@ BRANCHES = "branches"
 A branch that did not return the document is absent from the mapping."""
 
 RESERVED_KEYS = frozenset({SOURCE_URI, TITLE, SCORE, RANK, LANGUAGE, CHUNK_INDEX, PARENT_ID, CONTENT_HASH, BRANCHES})
+"""The metadata keys with a fixed meaning, set by fastrag's stages; do not use them for your own data."""
 
 
 @dataclass(frozen=True, slots=True)
 class BranchResult:
-    """Where one branch placed a document: its score there (higher is better) and zero-based rank."""
+    """Where one branch placed a document: its score there (higher is better) and zero-based rank.
+
+    Attributes:
+        score: the branch's own score (cosine, BM25, ...; ranges differ between branches), or ``None`` when
+            the branch gave no finite score.
+        rank: the document's zero-based position in that branch's list.
+    """
 
     score: float | None
     rank: int
@@ -66,7 +73,19 @@ class Document:
         id: unique within a store; upserting the same id replaces the document.
         content: the text that is embedded and indexed for BM25.
         metadata: JSON-like values (str, int, float, bool, lists of those, nested mappings). The keys in
-            :data:`RESERVED_KEYS` have fixed meanings. Stored as a read-only mapping.
+            :data:`RESERVED_KEYS` have fixed meanings. Stored as a read-only mapping (a copy of the one
+            given).
+
+    Raises:
+        ValueError: ``id`` is not a non-empty string, ``content`` is not a string, or ``metadata`` is not
+            a mapping.
+
+    Examples:
+        >>> from fastrag import Document
+        >>> doc = Document(id="guide#0", content="BM25 ranks documents.", metadata={"year": 2009})
+        >>> ranked = doc.ranked(score=3.2, rank=0)  # a copy; doc is unchanged
+        >>> doc.score, ranked.score, ranked.rank, ranked.metadata["year"]
+        (None, 3.2, 0, 2009)
     """
 
     id: str

@@ -2,6 +2,8 @@
 
 Third-party classes conform by shape; they never need to import fastrag. Every method is async; anything
 blocking runs off the event loop inside the implementation. Arguments after the first are keyword-only.
+The one exception is :class:`LanguageDetector`, whose ``detect`` is a plain function (a statistical
+model over a short text, a few milliseconds): its callers run it in a worker thread.
 
 Scores: every search returns documents best first, stamped (on copies) with ``metadata["score"]``
 (higher is better) and zero-based ``metadata["rank"]``.
@@ -19,6 +21,7 @@ from fastrag.models import Document
 
 __all__ = [
     "Embedder",
+    "LanguageDetector",
     "LexicalStore",
     "RankFusion",
     "Reranker",
@@ -51,16 +54,45 @@ class VectorStore(Protocol):
         """The ``k`` documents nearest to ``embedding`` (shape ``(dim,)``) among those matching ``filter``.
 
         The filter is applied before ranking: when at least ``k`` documents match, ``k`` come back.
-        Scores are cosine similarity in [-1, 1], higher is better.
+
+        Args:
+            embedding: the query vector, ``(dim,)`` float32, L2-normalised (as :meth:`Embedder.embed_query`
+                returns it).
+            k: the most documents to return, an int >= 1.
+            filter: a fastrag filter (AST, JSON mapping or JSON string), or the store's native filter type.
+
+        Returns:
+            Copies of the stored documents, best first, stamped with ``score`` (cosine similarity in
+            [-1, 1], higher is better) and zero-based ``rank``; empty when nothing matches.
+
+        Raises:
+            InvalidParameterError: ``k`` is not a positive int, or the vector holds NaN or infinity.
+            DimensionMismatchError: the vector's width differs from the store's.
+            FilterError: the filter is malformed.
+            UnsupportedFilterError: the store cannot express the filter (raised before any query runs).
+            BackendError: the store failed.
         """
         ...
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:
-        """Delete the documents with these ``ids`` and/or matching ``filter``; return how many were removed."""
+        """Delete the documents with these ``ids`` and/or matching ``filter``; return how many were removed.
+
+        With both, only documents that have one of the ids *and* match the filter are deleted.
+
+        Raises:
+            InvalidParameterError: neither ``ids`` nor ``filter`` was given.
+            FilterError: the filter is malformed.
+            BackendError: the store failed.
+        """
         ...
 
     async def count(self, *, filter: FilterLike | None = None) -> int:
-        """How many documents the store holds (matching ``filter`` when given)."""
+        """How many documents the store holds (matching ``filter`` when given).
+
+        Raises:
+            FilterError: the filter is malformed.
+            BackendError: the store failed.
+        """
         ...
 
 
@@ -75,8 +107,18 @@ class LexicalStore(Protocol):
     async def search_text(self, query: str, *, k: int, filter: FilterLike | None = None) -> list[Document]:
         """The ``k`` best BM25 matches for ``query`` among documents matching ``filter``.
 
-        A document sharing no analysed term with the query is never returned. Scores are BM25,
-        unbounded, higher is better.
+        A document sharing no analysed term with the query is never returned, so fewer than ``k`` (or no)
+        documents may come back. The filter is applied before ranking.
+
+        Returns:
+            Copies best first, stamped with ``score`` (BM25: unbounded, > 0, higher is better, comparable
+            only within one query) and zero-based ``rank``.
+
+        Raises:
+            InvalidParameterError: ``k`` is not a positive int.
+            FilterError: the filter is malformed.
+            UnsupportedFilterError: the store cannot express the filter (raised before any query runs).
+            BackendError: the store failed.
         """
         ...
 
@@ -115,11 +157,19 @@ class Embedder(Protocol):
         ...
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """``(len(texts), dimension)`` float32, L2-normalised rows, for indexing."""
+        """``(len(texts), dimension)`` float32, L2-normalised rows, for indexing.
+
+        Raises:
+            EmbeddingError: the model failed to load or to embed.
+        """
         ...
 
     async def embed_query(self, text: str) -> np.ndarray:
-        """``(dimension,)`` float32, L2-normalised, for searching."""
+        """``(dimension,)`` float32, L2-normalised, for searching (cosine similarity is then a dot product).
+
+        Raises:
+            EmbeddingError: the model failed to load or to embed.
+        """
         ...
 
 
@@ -128,7 +178,10 @@ class Reranker(Protocol):
     """Re-scores candidates against the query (a cross-encoder, an API, ...)."""
 
     async def rerank(self, query: str, documents: Sequence[Document], *, k: int | None = None) -> list[Document]:
-        """Return copies of ``documents`` best first, stamped with the reranker's score; at most ``k``."""
+        """Return copies of ``documents`` best first, stamped with the reranker's score; at most ``k``.
+
+        The score is the reranker's own relevance: higher is better; its range depends on the model.
+        """
         ...
 
 
@@ -147,9 +200,32 @@ class RankFusion(Protocol):
 
 
 @runtime_checkable
+class LanguageDetector(Protocol):
+    """Tells which language a text is written in."""
+
+    def detect(self, text: str) -> str | None:
+        """The ISO 639-1 code of ``text``'s language, lower case (``"en"``, ``"de"``, ``"zh"``), or ``None``
+        when it cannot tell (an empty text, digits only, too little evidence).
+
+        Synchronous and thread-safe: callers run it in a worker thread, never on the event loop.
+        """
+        ...
+
+
+@runtime_checkable
 class Retriever(Protocol):
     """Turns a question into documents, best first."""
 
     async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:
-        """Up to ``k`` documents for ``query`` matching ``filter``, best first."""
+        """Up to ``k`` documents for ``query`` matching ``filter``, best first.
+
+        Returns:
+            Copies stamped with ``score`` (higher is better; its range depends on the retriever) and
+            zero-based ``rank``; empty when nothing matches (never ``None``).
+
+        Raises:
+            InvalidParameterError: ``k`` is not a positive int, or the query is empty.
+            FilterError: the filter is malformed.
+            BackendError: the store failed (a retriever never reports a failure as "no match").
+        """
         ...

@@ -152,6 +152,20 @@ def test_index_into_a_corrupt_store_exits_3_naming_it(tmp_path: Path, monkeypatc
     assert "broken.db" in result.stderr
 
 
+@pytest.mark.parametrize("store", ["sqlite:///a-file/x.db", "sqlite:///a-folder"])
+def test_index_into_an_unreachable_store_exits_3_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    write_files(tmp_path, FILES)
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "a-folder").mkdir()
+    monkeypatch.chdir(tmp_path)
+    result = cli("index", "notes", "--store", store)
+    assert result.exit_code == 3
+    assert store.removeprefix("sqlite:///") in result.stderr and "store failed" in result.stderr
+    assert "indexed" not in result.stdout
+
+
 # --------------------------------------------------------------------------------------------- search
 
 
@@ -249,6 +263,50 @@ def test_no_match_says_so_and_exits_0(in_index: Path) -> None:
     assert result.exit_code == 0
     assert result.stdout.strip() == "No documents matched."
     assert search_json("xyzzy", "--mode", "keyword")["documents"] == []
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_no_match_exits_0_and_says_so_in_every_mode(in_index: Path, mode: str) -> None:
+    # k-NN always has nearest neighbours, so "nothing matches" here is a filter no document passes
+    nothing = json.dumps({"equals": {"key": "title", "value": "No such title"}})
+    result = cli("search", "lava", "--mode", mode, "--filter", nothing)
+    assert result.exit_code == 0 and result.stdout.strip() == "No documents matched.", result.stderr
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_a_store_failing_mid_search_exits_3_naming_it_never_no_match(
+    in_index: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    from fastrag.errors import BackendError
+    from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+    async def fail(self, *args, **kwargs):
+        raise BackendError("disk I/O error")  # a failure that does not name its store
+
+    monkeypatch.setattr(SQLiteVectorStore, "search_text", fail)
+    monkeypatch.setattr(SQLiteVectorStore, "search_vector", fail)
+    for extra in ([], ["--json"]):
+        result = cli("search", "lava", "--mode", mode, *extra)
+        assert result.exit_code == 3
+        assert DEFAULT_STORE in result.stderr and "disk I/O error" in result.stderr
+        assert result.stdout == ""  # never "No documents matched.", never an empty JSON list
+
+
+def test_several_store_failures_at_once_exit_3_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fastrag.evaluation.beir_eval as beir_eval
+    from fastrag.errors import BackendError
+
+    async def fail(*args, **kwargs):
+        raise ExceptionGroup("queries failed", [BackendError("timeout", store="sqlite:///eval.db"),
+                                               BackendError("timeout", store="sqlite:///eval.db")])
+
+    monkeypatch.setattr(beir_eval, "evaluate_beir", fail)
+    (tmp_path / "data").mkdir()
+    result = cli("eval", str(tmp_path / "data"))
+    assert result.exit_code == 3 and "sqlite:///eval.db" in result.stderr
 
 
 def test_path_rules_that_exclude_everything_are_no_match(in_index: Path) -> None:

@@ -69,7 +69,7 @@ def test_indexing_then_retrieving_examples(tmp_path: Path) -> None:
         assert [line.split(".")[0].strip() for line in lines] == ["1", "2", "3"]
         assert all("docs/" in line and ".md" in line for line in lines), lines
     # the page about hybrid search answers the question first
-    assert "docs/retrievers.md" in sections["hybrid"].splitlines()[0]
+    assert "docs/retrievers/hybrid.md" in sections["hybrid"].splitlines()[0]
     filtered = sections["hybrid, filter title == Filters"].splitlines()
     assert len(filtered) == 3
     assert all(re.search(r"docs/filters\.md#\d+\s+branches=", line) for line in filtered), filtered
@@ -172,4 +172,4 @@ def test_readme_quick_start_index_and_search_work(tmp_path: Path) -> None:
     assert search.returncode == 0, search.stderr
     ranked = [line for line in search.stdout.splitlines() if re.match(r"^\s*\d+\. \[", line)]
     assert len(ranked) == 5  # the default --top-k
-    assert "docs/retrievers.md" in ranked[0]
+    assert "docs/retrievers/hybrid.md" in ranked[0]

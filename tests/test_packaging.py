@@ -172,7 +172,7 @@ def _self_extras(deps: list[str]) -> set[str]:
 def test_every_backend_extra_is_declared_and_all_includes_them() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     assert any(dep.startswith("model2vec") for dep in extras["model2vec"])
-    backends = {"model2vec", "opensearch", "qdrant", "chroma"} & set(extras)
+    backends = {"model2vec", "opensearch", "qdrant", "chroma", "milvus"} & set(extras)
     assert "model2vec" in backends
     assert backends <= _self_extras(extras["all"])
     # the test extra is what .ci/run installs; it must bring every extra so every contract runs in CI

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastrag.config import Settings, build_retriever, open_embedder, open_stores
+from fastrag.errors import ConfigurationError
 from fastrag.evaluation.beir import load_beir
 from fastrag.evaluation.metrics import evaluate
 from fastrag.evaluation.runner import run_retrieval
 from fastrag.retrieval._validation import check_positive_int
 
-__all__ = ["evaluate_beir"]
+__all__ = ["RERANKERS", "evaluate_beir"]
+
+RERANKERS = ("none", "embedder", "cross-encoder")
+"""The ``rerank`` choices of :func:`evaluate_beir` (and ``fastrag eval --rerank``)."""
 
 _BATCH = 1024
 
@@ -25,6 +32,8 @@ async def evaluate_beir(
     embedding_model: str | None = None,
     lexical_store_url: str | None = None,
     concurrency: int = 8,
+    rerank: str = "none",
+    rerank_model: str | None = None,
 ) -> dict[str, float]:
     """Index a BEIR corpus (one document per corpus entry, no chunking), run its queries, score the run.
 
@@ -37,6 +46,12 @@ async def evaluate_beir(
         embedding_model: Model2Vec model (default: the shipped one); not loaded in keyword mode.
         lexical_store_url: a second store for BM25 (for a vector store without full text).
         concurrency: queries in flight at once.
+        rerank: ``"none"``; ``"embedder"``: rerank each query's ``top_k`` candidates by cosine with a Model2Vec
+            model (:class:`~fastrag.rerankers.EmbedderReranker`); ``"cross-encoder"``: with a local
+            cross-encoder (:class:`~fastrag.rerankers.CrossEncoderReranker`). Recall@``top_k`` is unchanged
+            by reranking (the same candidates, reordered); nDCG and MRR measure the new order.
+        rerank_model: the reranker's model: for ``"embedder"`` a Model2Vec model (default: the retrieval
+            model, ``embedding_model``); for ``"cross-encoder"`` a local model folder (required).
 
     Returns:
         Mean nDCG, Recall and MRR at 10 and 100 over the split's queries (keys such as ``"ndcg@10"``).
@@ -44,15 +59,20 @@ async def evaluate_beir(
     Raises:
         IngestionError: the dataset is missing or malformed.
         BackendError: the store failed.
+        ConfigurationError: an unknown ``rerank``, or ``"cross-encoder"`` without a local ``rerank_model``.
     """
     check_positive_int(top_k, "top_k")
+    if rerank not in RERANKERS:
+        raise ConfigurationError(f"unknown rerank {rerank!r}; expected one of {', '.join(RERANKERS)}")
+    if rerank == "cross-encoder" and not rerank_model:
+        raise ConfigurationError("rerank='cross-encoder' needs rerank_model: a local cross-encoder model folder")
     dataset = load_beir(dataset_dir, split=split)
     docs = list(dataset.corpus.values())
     embedder = open_embedder(embedding_model) if mode != "keyword" else None
     try:
         name = embedder.name if embedder is not None else None
         settings = Settings(store=store_url, lexical_store=lexical_store_url)
-        async with open_stores(settings, embedding_model=name) as (store, lexical):
+        async with AsyncExitStack() as stack, open_stores(settings, embedding_model=name) as (store, lexical):
             for start in range(0, len(docs), _BATCH):
                 batch = docs[start : start + _BATCH]
                 embeddings = None
@@ -64,8 +84,27 @@ async def evaluate_beir(
                 if lexical is not store or mode == "keyword":
                     await lexical.upsert(batch, embeddings=embeddings if lexical is store else None)
             retriever = build_retriever(mode, store=store, embedder=embedder, lexical_store=lexical)
+            if rerank != "none":
+                retriever = await stack.enter_async_context(_reranking(retriever, rerank, rerank_model, embedding_model, top_k))
             run = await run_retrieval(retriever, dataset.queries, k=top_k, concurrency=concurrency)
     finally:
         if embedder is not None:
             await embedder.aclose()
     return evaluate(run, dataset.qrels, ks=(10, 100))
+
+
+@asynccontextmanager
+async def _reranking(
+    retriever: Any, rerank: str, rerank_model: str | None, embedding_model: str | None, top_k: int
+) -> AsyncIterator[Any]:
+    """``retriever`` wrapped in a :class:`RerankingRetriever` over ``top_k`` candidates; closes the reranker."""
+    from fastrag.rerankers import CrossEncoderReranker, EmbedderReranker
+    from fastrag.retrieval.reranking import RerankingRetriever
+
+    if rerank == "embedder":
+        async with open_embedder(rerank_model or embedding_model) as embedder:
+            yield RerankingRetriever(retriever=retriever, reranker=EmbedderReranker(embedder), candidate_k=top_k)
+    else:
+        assert rerank_model is not None
+        async with CrossEncoderReranker(rerank_model) as reranker:
+            yield RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=top_k)

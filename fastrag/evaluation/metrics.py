@@ -147,6 +147,13 @@ def evaluate(
     Raises:
         InvalidParameterError: ``qrels`` is empty (a mean over no queries is undefined), ``ks`` is empty,
             holds a value ``< 1`` or a duplicate, or a ranking in ``run`` repeats an id.
+
+    Examples:
+        One query whose only relevant document is ranked second: ``DCG = 1 / log2(3)``, ``IDCG = 1``.
+
+        >>> from fastrag.evaluation import evaluate
+        >>> evaluate({"q1": ["d2", "d1"]}, {"q1": {"d1": 1}}, ks=(10,))
+        {'ndcg@10': 0.6309..., 'recall@10': 1.0, 'mrr@10': 0.5}
     """
     cutoffs = tuple(ks)
     if not cutoffs:

@@ -174,7 +174,9 @@ class IngestionPipeline:
             ``None``, or the same object as ``vector_store`` (a store that does both), writes once.
         chunker: how to cut sections into chunks; ``Chunker()`` (1,000 characters, 100 overlap) by
             default.
-        batch_size: chunks embedded and upserted per call; must be positive.
+        batch_size: chunks embedded and upserted per call; must be positive. A document's chunks are never
+            split across batches (a batch closes early rather than cut one; a document with more chunks
+            than this is one batch of its own), so an interrupted run never leaves half a document.
         show_progress: draw a :mod:`rich` progress bar on stderr; ``None`` (default) draws it only when
             stderr is a terminal.
 
@@ -231,6 +233,7 @@ class IngestionPipeline:
             What was indexed, skipped, pruned and what failed.
 
         Raises:
+            InvalidParameterError: ``paths`` is a single path rather than a sequence of paths.
             ConfigurationError: ``prune=True`` but no target store can list its documents
                 (:class:`~fastrag.protocols.SupportsGet`).
             EmbeddingError: the embedder failed; chunks already written stay written.
@@ -294,8 +297,12 @@ class IngestionPipeline:
         if unchanged:
             state.files_unchanged += 1
             return
-        for document in documents:
-            state.pending.append((document, _embedding_text(document)))
+        for group in _by_source(documents):
+            # a document's chunks travel in one batch, so in one upsert (one transaction in SQLite): a run
+            # killed part-way leaves each document with all of its new chunks or none of them
+            if state.pending and len(state.pending) + len(group) > self._batch_size:
+                await self._flush(state, send)
+            state.pending.extend((document, _embedding_text(document)) for document in group)
             if len(state.pending) >= self._batch_size:
                 await self._flush(state, send)
         # new chunks overwrite old ones by id, so only a source that had more chunks leaves some behind;
@@ -480,6 +487,17 @@ def _same_chunk(stored: Document | None, new: Document) -> bool:
         and stored.content == new.content
         and all(stored.metadata.get(key) == new.metadata[key] for key in (CONTENT_HASH, CHUNKER))
     )
+
+
+def _by_source(documents: list[Document]) -> list[list[Document]]:
+    """Consecutive chunks grouped by ``source_uri`` (one group per file, or per BEIR corpus document)."""
+    groups: list[list[Document]] = []
+    for document in documents:
+        if groups and groups[-1][0].metadata.get(SOURCE_URI) == document.metadata.get(SOURCE_URI):
+            groups[-1].append(document)
+        else:
+            groups.append([document])
+    return groups
 
 
 def _embedding_text(document: Document) -> str:

@@ -1,17 +1,27 @@
-"""Retrievers: dense k-NN, BM25, hybrid fusion, and path filtering."""
+"""Retrievers: dense k-NN, BM25, hybrid fusion, path filtering, tenant scoping; results with a status."""
 
 from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
 from fastrag.retrieval.hybrid import HybridRetriever, default_fusion
+from fastrag.retrieval.limits import DEFAULT_LIMITS, MAX_K, MAX_QUERY_CHARS, RetrievalLimits
 from fastrag.retrieval.path_filter import PathFilterRetriever
+from fastrag.retrieval.result import RetrievalResult, retrieve_result
+from fastrag.retrieval.tenant import TenantScopedRetriever
 from fastrag.retrieval.vector import VectorRetriever
 
 __all__ = [
+    "DEFAULT_LIMITS",
+    "MAX_K",
+    "MAX_QUERY_CHARS",
     "BM25Retriever",
     "HybridRetriever",
     "PathFilterRetriever",
     "ReciprocalRankFusion",
+    "RetrievalLimits",
+    "RetrievalResult",
+    "TenantScopedRetriever",
     "VectorRetriever",
     "WeightedScoreFusion",
     "default_fusion",
+    "retrieve_result",
 ]

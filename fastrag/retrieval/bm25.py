@@ -2,37 +2,93 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
+import anyio.to_thread
+
+from fastrag.analysis import primary_language
+from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
-from fastrag.protocols import LexicalStore
-from fastrag.retrieval._validation import check_positive_int, check_query
+from fastrag.protocols import LanguageDetector, LexicalStore
+from fastrag.retrieval._validation import check_k, check_query
+from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.result import ReturnsResult
 
 __all__ = ["BM25Retriever"]
 
 
-class BM25Retriever:
+class BM25Retriever(ReturnsResult):
     """BM25 retrieval through ``store.search_text`` (Robertson & Zaragoza, 2009).
 
     Args:
         store: any :class:`~fastrag.protocols.LexicalStore`.
         filter: a filter applied to every call, AND-ed with the call's own filter.
+        limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`).
+        language: the language of every question (ISO 639-1, e.g. ``"de"``): the store analyses the
+            question with that language's stemmer (``store.search_text(..., language=...)``).
+        detector: a :class:`~fastrag.protocols.LanguageDetector`; each question's language is detected
+            (in a worker thread) and passed to the store as ``language``. When it cannot tell, or with
+            neither ``language`` nor ``detector``, the store's own analysis is used. ``language`` wins.
 
     Scores are BM25: unbounded, higher is better, comparable only within one query.
 
-    Raises (from :meth:`retrieve`):
-        InvalidParameterError: ``k`` is not a positive int, or the query is empty.
+    Raises:
+        InvalidParameterError: (when built) ``language`` is not a language tag, ``detector`` has no
+            ``detect``, or either is given for a store whose ``search_text`` takes no ``language``.
+
+    :meth:`retrieve` raises the first two errors below before the store is called.
+
+    Raises:
+        InvalidParameterError: ``k`` is not a positive int within ``limits.max_k``, or the query is empty,
+            too long or not valid Unicode.
         FilterError: a filter is malformed.
         BackendError: the store failed.
     """
 
     name = "bm25"
 
-    def __init__(self, *, store: LexicalStore, filter: FilterLike | None = None) -> None:  # noqa: A002
+    def __init__(
+        self,
+        *,
+        store: LexicalStore,
+        filter: FilterLike | None = None,  # noqa: A002
+        limits: RetrievalLimits = DEFAULT_LIMITS,
+        language: str | None = None,
+        detector: LanguageDetector | None = None,
+    ) -> None:
+        if language is not None and primary_language(language) is None:
+            raise InvalidParameterError(f"language must be None or a language code such as 'de', got {language!r}")
+        if detector is not None and not isinstance(detector, LanguageDetector):
+            raise InvalidParameterError(f"detector has no detect() method: {detector!r}")
+        if (language is not None or detector is not None) and not _takes_language(store):
+            raise InvalidParameterError(
+                f"{store!r}: its search_text takes no language=, so language= and detector= cannot be used with it"
+            )
         self.store = store
         self.filter = combine_filters(filter)
+        self.limits = limits
+        self.language = language
+        self.detector = detector
 
     async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
         """Up to ``k`` documents sharing terms with ``query``, best first, matching both filters."""
-        check_query(query)
-        check_positive_int(k, "k")
-        return await self.store.search_text(query, k=k, filter=combine_filters(self.filter, filter))
+        check_query(query, self.limits)
+        check_k(k, self.limits)
+        node = combine_filters(self.filter, filter)
+        language = self.language
+        if language is None and self.detector is not None:
+            language = await anyio.to_thread.run_sync(self.detector.detect, query)
+        if language is None:
+            return await self.store.search_text(query, k=k, filter=node)
+        return await self.store.search_text(query, k=k, filter=node, language=language)  # type: ignore[call-arg]
+
+
+def _takes_language(store: Any) -> bool:
+    """Whether ``store.search_text`` accepts ``language=`` (by name, or through ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(store.search_text).parameters.values()
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return any(p.name == "language" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)

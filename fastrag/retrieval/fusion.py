@@ -26,9 +26,9 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from numbers import Real
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, Never, TypeAlias
 
-from fastrag.errors import InvalidParameterError
+from fastrag.errors import InvalidParameterError, UnknownParameterError
 from fastrag.models import BRANCHES, RANK, SCORE, Document
 
 __all__ = ["Normalization", "ReciprocalRankFusion", "WeightedScoreFusion", "Weights"]
@@ -60,6 +60,14 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+def _reject_unknown(cls: type, unknown: Mapping[str, Any], known: str) -> None:
+    """Raise :class:`UnknownParameterError` naming the unexpected keyword arguments, if any."""
+    if unknown:
+        raise UnknownParameterError(
+            f"{cls.__name__} got unknown parameter(s) {sorted(unknown)!r}; it takes {known}"
+        )
 
 
 def _validate_weights(weights: Weights) -> tuple[float, ...] | dict[str, float] | None:
@@ -211,9 +219,12 @@ class ReciprocalRankFusion(_Fusion):
     Raises:
         InvalidParameterError: ``rank_constant`` is not a finite number > 0; a weight is negative, NaN or
             infinite; every weight is 0; ``weights`` is empty.
+        UnknownParameterError: an unknown keyword argument (also a ``TypeError``), e.g. ``k=60`` for
+            ``rank_constant``; type checkers flag it too.
     """
 
-    def __init__(self, rank_constant: float = 60, *, weights: Weights = None) -> None:
+    def __init__(self, rank_constant: float = 60, *, weights: Weights = None, **unknown: Never) -> None:
+        _reject_unknown(type(self), unknown, "rank_constant and weights")
         if not _is_real(rank_constant) or not math.isfinite(rank_constant) or rank_constant <= 0:
             raise InvalidParameterError(f"rank_constant must be a finite number > 0, got {rank_constant!r}")
         super().__init__(weights)
@@ -264,9 +275,14 @@ class WeightedScoreFusion(_Fusion):
     Raises:
         InvalidParameterError: unknown ``normalization``; a weight is negative, NaN or infinite; every
             weight is 0; ``weights`` is empty.
+        UnknownParameterError: an unknown keyword argument (also a ``TypeError``), e.g. ``normalisation=``;
+            type checkers flag it too.
     """
 
-    def __init__(self, weights: Weights = None, *, normalization: Normalization = "min_max") -> None:
+    def __init__(
+        self, weights: Weights = None, *, normalization: Normalization = "min_max", **unknown: Never
+    ) -> None:
+        _reject_unknown(type(self), unknown, "weights and normalization")
         if normalization not in _NORMALIZATIONS:
             raise InvalidParameterError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
         super().__init__(weights)

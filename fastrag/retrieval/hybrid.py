@@ -14,7 +14,7 @@ from fastrag.errors import InvalidParameterError, RetrievalTimeoutError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
 from fastrag.protocols import RankFusion, Retriever
-from fastrag.retrieval._validation import check_k, check_positive_int, check_query
+from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.fusion import WeightedScoreFusion
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import ReturnsResult, record_branch_failure, stage, timed
@@ -65,8 +65,9 @@ class HybridRetriever(ReturnsResult):
             repeated name gets a suffix (``"vector"``, ``"vector_1"``, ``"vector_2"``). With a sequence of
             fusion weights, the weights align with this order.
         fusion: how the branch lists are combined; ``None`` uses :func:`default_fusion`.
-        candidate_k: how many documents each branch is asked for (at least ``k``); fusing longer lists
-            lets a document ranked low by one branch but high by another surface.
+        candidate_k: how many documents each branch is asked for (at least ``k``, at most
+            ``limits.max_k``); fusing longer lists lets a document ranked low by one branch but high by
+            another surface.
         branch_timeout: seconds each branch may take; a branch still running then is cancelled and
             fails with :class:`~fastrag.errors.RetrievalTimeoutError`. ``None`` (default): no limit.
         on_branch_error: what a failing branch (an ``Exception``, a timeout included) does to the call.
@@ -79,7 +80,7 @@ class HybridRetriever(ReturnsResult):
 
     Raises:
         InvalidParameterError: no retrievers; a branch lacks ``retrieve``; a mapping key is not a
-            non-empty str; ``candidate_k`` is not a positive int within ``limits.max_k``; ``fusion`` lacks
+            non-empty str; ``candidate_k`` is not a positive int; ``limits`` is not a ``RetrievalLimits``; ``fusion`` lacks
             ``fuse``; the fusion's weights do not fit the branches; ``branch_timeout`` is not a finite
             number > 0; ``on_branch_error`` is unknown.
     """
@@ -110,7 +111,7 @@ class HybridRetriever(ReturnsResult):
                 raise InvalidParameterError(f"branch {key!r} has no retrieve() method: {retriever!r}")
         if not isinstance(limits, RetrievalLimits):
             raise InvalidParameterError(f"limits must be a RetrievalLimits, got {limits!r}")
-        check_positive_int(candidate_k, "candidate_k", maximum=limits.max_k)
+        check_positive_int(candidate_k, "candidate_k")
         if branch_timeout is not None and (
             isinstance(branch_timeout, bool)
             or not isinstance(branch_timeout, int | float)
@@ -163,7 +164,8 @@ class HybridRetriever(ReturnsResult):
     ) -> list[Document]:
         """Up to ``k`` fused documents for ``query`` matching ``filter``, best first.
 
-        Every branch runs concurrently in one anyio task group with ``k=max(candidate_k, k)`` and the same
+        Every branch runs concurrently in one anyio task group with ``k=max(candidate_k, k)`` (at most
+        ``limits.max_k``, or the branch's own ``limits.max_k`` when lower) and the same
         filter (parsed once, then passed to each branch as the AST); then the fusion combines the lists.
 
         Returns:
@@ -178,10 +180,10 @@ class HybridRetriever(ReturnsResult):
             FilterError: ``filter`` is malformed (raised before any branch runs).
             RetrievalTimeoutError: a branch ran past ``branch_timeout`` (with ``"raise"``, or when every
                 branch failed).
-            Exception: with ``"raise"``, whatever a branch raises, unchanged (the other branches are
-                cancelled); several branches failing at once raise an ``ExceptionGroup`` of their errors.
-                With ``"partial"``, only when every branch failed: the first branch's error, with a note
-                naming each other branch's error.
+            Exception: with ``"raise"``, whatever a failing branch raises, unchanged (the other branches
+                are cancelled); with ``"partial"``, the same but only when every branch failed. When several
+                branches fail, the error of the first in branch order is raised, with a note naming each
+                other branch's error (never an ``ExceptionGroup``).
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
@@ -195,44 +197,39 @@ class HybridRetriever(ReturnsResult):
         async def run(name: str, retriever: Retriever) -> None:
             try:
                 with timed(name), stage(name), anyio.move_on_after(timeout):
-                    found[name] = await retriever.retrieve(query, k=fetch_k, filter=node)
+                    branch_k = min(fetch_k, fetch_limit(retriever, self.limits))
+                    found[name] = await retriever.retrieve(query, k=branch_k, filter=node)
                 if name not in found:  # our deadline cancelled it (any other cancellation propagates)
                     raise RetrievalTimeoutError(
                         f"hybrid branch {name!r} took longer than {timeout} s", timeout=timeout or 0.0, stage=name
                     )
             except Exception as exc:
-                if partial:
-                    failed[name] = exc  # decided below, once every branch has finished
-                    return
-                record_branch_failure(name, exc, absorbed=False)
-                raise
+                failed[name] = exc
+                if not partial:
+                    raise  # cancels the other branches
+                # with "partial", decided below, once every branch has finished
 
-        failure: BaseException | None = None
         try:
             async with anyio.create_task_group() as tg:
                 for name, retriever in self._retrievers.items():
                     tg.start_soon(run, name, retriever, name=f"hybrid branch {name!r}")
         except BaseExceptionGroup as group:
-            if len(group.exceptions) > 1:
-                raise
-            failure = group.exceptions[0]
-        if failure is not None:
-            raise failure  # outside the except block, so its own __cause__/__context__ stay as they were
-        if failed:
-            ordered = [(name, failed[name]) for name in self._retrievers if name in failed]
-            if len(failed) == len(self._retrievers):
-                for name, exc in ordered:
-                    record_branch_failure(name, exc, absorbed=False)
-                first = ordered[0][1]
-                for name, exc in ordered[1:]:
-                    first.add_note(f"hybrid branch {name!r} failed too: {type(exc).__name__}: {exc}")
-                raise first
+            if any(not isinstance(exc, Exception) for exc in group.exceptions):
+                raise  # KeyboardInterrupt, SystemExit: not a branch failure
+        ordered = [(name, failed[name]) for name in self._retrievers if name in failed]
+        if ordered and (not partial or len(ordered) == len(self._retrievers)):
             for name, exc in ordered:
-                record_branch_failure(name, exc, absorbed=True)
-                logger.error(
-                    "hybrid branch %r failed; fusing the other branches without it (partial result): %s: %s",
-                    name, type(exc).__name__, exc, exc_info=exc,
-                )  # fmt: skip
+                record_branch_failure(name, exc, absorbed=False)
+            first = ordered[0][1]
+            for name, exc in ordered[1:]:
+                first.add_note(f"hybrid branch {name!r} failed too: {type(exc).__name__}: {exc}")
+            raise first  # outside the except block, so its own __cause__/__context__ stay as they were
+        for name, exc in ordered:
+            record_branch_failure(name, exc, absorbed=True)
+            logger.error(
+                "hybrid branch %r failed; fusing the other branches without it (partial result): %s: %s",
+                name, type(exc).__name__, exc, exc_info=exc,
+            )  # fmt: skip
         # Rebuild in branch order: fusion weights given as a sequence align with it. A failed branch
         # contributes an empty list, which adds the same (zero) amount to every document.
         with timed("fusion"):

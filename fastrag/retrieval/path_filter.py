@@ -11,7 +11,9 @@ from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike
 from fastrag.models import SOURCE_URI, Document
 from fastrag.protocols import Retriever
-from fastrag.retrieval._validation import check_positive_int
+from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
+from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.result import ReturnsResult
 
 __all__ = ["PathFilterRetriever"]
 
@@ -25,10 +27,14 @@ def _globs(value: str | Sequence[str] | None, name: str) -> tuple[str, ...]:
     for p in patterns:
         if not isinstance(p, str) or not p:
             raise InvalidParameterError(f"{name} patterns must be non-empty strings, got {p!r}")
+    try:  # compile now (wcmatch caches it): a pattern that cannot be used fails here, not mid-search
+        glob.globmatch("", patterns, flags=_GLOB_FLAGS)
+    except Exception as exc:  # noqa: BLE001 - wcmatch's errors (e.g. PatternLimitException) share no base
+        raise InvalidParameterError(f"{name} {list(patterns)!r} cannot be used: {exc}") from exc
     return patterns
 
 
-class PathFilterRetriever:
+class PathFilterRetriever(ReturnsResult):
     """Wraps a retriever and keeps only results whose ``source_uri`` passes path rules.
 
     Globs use ``wcmatch`` syntax: ``**`` crosses folders, ``{a,b}`` alternates, and a pattern without a
@@ -44,11 +50,15 @@ class PathFilterRetriever:
         retriever: any :class:`~fastrag.protocols.Retriever`.
         include_glob: one pattern or several.
         exclude_glob: one pattern or several.
-        path_filter: a regular expression (Python ``re`` syntax).
+        path_filter: a regular expression (Python ``re`` syntax). It is searched in each candidate's
+            ``source_uri``; a pattern with catastrophic backtracking is the caller's to avoid.
         fetch_k: the least number of candidates to fetch (default 100).
+        limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`);
+            the candidates fetched are capped at ``limits.max_k``.
 
     Raises:
-        InvalidParameterError: an invalid regular expression, an empty pattern, or ``fetch_k`` <= 0. The
+        InvalidParameterError: an invalid regular expression; an empty glob pattern or one wcmatch cannot
+            use (a brace expansion over 1,000 patterns); ``fetch_k`` not a positive int. The
             wrapper fails closed: it never returns unfiltered results.
     """
 
@@ -60,8 +70,10 @@ class PathFilterRetriever:
         exclude_glob: str | Sequence[str] | None = None,
         path_filter: str | None = None,
         fetch_k: int = 100,
+        limits: RetrievalLimits = DEFAULT_LIMITS,
     ) -> None:
         self.retriever = retriever
+        self.limits = limits
         self.include_glob = _globs(include_glob, "include_glob")
         self.exclude_glob = _globs(exclude_glob, "exclude_glob")
         self.fetch_k = check_positive_int(fetch_k, "fetch_k")
@@ -87,10 +99,18 @@ class PathFilterRetriever:
         return self.path_filter is None or self.path_filter.search(source_uri) is not None
 
     async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
-        """Up to ``k`` documents passing the path rules, best first."""
-        check_positive_int(k, "k")
+        """Up to ``k`` documents passing the path rules, best first.
+
+        Raises:
+            InvalidParameterError: ``k`` or the query is invalid (see ``limits``); raised before the inner
+                retriever runs.
+            Exception: whatever the inner retriever raises.
+        """
+        check_query(query, self.limits)
+        check_k(k, self.limits)
         if not self.active:
             return await self.retriever.retrieve(query, k=k, filter=filter)
-        candidates = await self.retriever.retrieve(query, k=max(self.fetch_k, k * 10), filter=filter)
+        fetch = min(max(self.fetch_k, k * 10), fetch_limit(self.retriever, self.limits))
+        candidates = await self.retriever.retrieve(query, k=fetch, filter=filter)
         kept = [d for d in candidates if self.accepts(d.metadata.get(SOURCE_URI))][:k]
         return [d.ranked(score=d.score, rank=r) for r, d in enumerate(kept)]

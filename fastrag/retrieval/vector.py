@@ -2,42 +2,82 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from fastrag.errors import DimensionMismatchError, EmbeddingError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
 from fastrag.protocols import Embedder, VectorStore
-from fastrag.retrieval._validation import check_positive_int, check_query
+from fastrag.retrieval._validation import check_k, check_query
+from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.result import ReturnsResult, timed
 
 __all__ = ["VectorRetriever"]
 
 
-class VectorRetriever:
+class VectorRetriever(ReturnsResult):
     """k-NN retrieval: ``embedder.embed_query(query)`` then ``vector_store.search_vector``.
 
     Args:
         vector_store: any :class:`~fastrag.protocols.VectorStore`.
         embedder: the :class:`~fastrag.protocols.Embedder` whose vectors the store holds.
         filter: a filter applied to every call, AND-ed with the call's own filter.
+        limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`).
 
     Scores are the store's (cosine similarity in [-1, 1] for the built-in stores), higher is better.
+    :meth:`~fastrag.retrieval.result.ReturnsResult.retrieve_result` reports the stages ``"embed"`` and
+    ``"search"``.
 
-    Raises (from :meth:`retrieve`):
-        InvalidParameterError: ``k`` is not a positive int, or the query is empty.
+    :meth:`retrieve` raises every error below but ``BackendError`` before the store is called.
+
+    Raises:
+        InvalidParameterError: ``k`` is not a positive int within ``limits.max_k``, or the query is empty,
+            too long or not valid Unicode.
         FilterError: a filter is malformed.
-        DimensionMismatchError: the embedder's dimension differs from the store's.
+        DimensionMismatchError: the query vector is not ``(embedder.dimension,)``, or its width differs
+            from the store's ``dimension`` attribute (when the store has one).
+        EmbeddingError: the query vector holds NaN or infinity.
         BackendError: the store failed.
     """
 
     name = "vector"
 
-    def __init__(self, *, vector_store: VectorStore, embedder: Embedder, filter: FilterLike | None = None) -> None:  # noqa: A002
+    def __init__(
+        self,
+        *,
+        vector_store: VectorStore,
+        embedder: Embedder,
+        filter: FilterLike | None = None,  # noqa: A002
+        limits: RetrievalLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.vector_store = vector_store
         self.embedder = embedder
         self.filter = combine_filters(filter)
+        self.limits = limits
 
     async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
         """Up to ``k`` documents nearest to ``query``, best first, matching both filters."""
-        check_query(query)
-        check_positive_int(k, "k")
+        check_query(query, self.limits)
+        check_k(k, self.limits)
         node = combine_filters(self.filter, filter)
-        embedding = await self.embedder.embed_query(query)
-        return await self.vector_store.search_vector(embedding, k=k, filter=node)
+        with timed("embed"):
+            embedding = self._checked(await self.embedder.embed_query(query))
+        with timed("search"):
+            return await self.vector_store.search_vector(embedding, k=k, filter=node)
+
+    def _checked(self, embedding: np.ndarray) -> np.ndarray:
+        """The embedder's vector, if it is ``(dim,)`` and finite: garbage never reaches the store."""
+        vector = np.asarray(embedding)
+        expected = getattr(self.embedder, "dimension", None)
+        stored = getattr(self.vector_store, "dimension", None)
+        if vector.ndim != 1 or (isinstance(expected, int) and vector.shape[0] != expected):
+            raise DimensionMismatchError(
+                f"{self.embedder!r} returned a query vector of shape {vector.shape}, expected ({expected},)"
+            )
+        if isinstance(stored, int) and not isinstance(stored, bool) and vector.shape[0] != stored:
+            raise DimensionMismatchError(
+                f"query vectors have dimension {vector.shape[0]}, the store {self.vector_store!r} holds {stored}"
+            )
+        if not np.issubdtype(vector.dtype, np.number) or not np.isfinite(vector).all():
+            raise EmbeddingError(f"{self.embedder!r} returned a query vector with NaN or infinity")
+        return vector

@@ -548,7 +548,8 @@ class ChromaVectorStore:
 
         - ``chroma://host[:port]/collection`` (or ``chroma+http://``): a Chroma server over HTTP (port 8000
           by default); ``chroma+https://host[:port]/collection`` over HTTPS (port 443 by default).
-        - ``chroma+path:///absolute/dir?collection=name`` or ``chroma+path:relative/dir?collection=name``:
+        - ``chroma+path:///relative/dir?collection=name`` or ``chroma+path:////absolute/dir?collection=name``
+          (the same slash rule as ``sqlite:///``):
           an embedded ``PersistentClient`` on that folder.
         - ``chroma+memory:///collection``: the embedded in-memory ``EphemeralClient``.
 
@@ -580,11 +581,13 @@ class ChromaVectorStore:
         elif scheme == "chroma+path":
             if parsed.netloc:
                 raise ConfigurationError(
-                    f"{url}: write chroma+path:///absolute/dir or chroma+path:relative/dir (no host)"
+                    f"{url}: write chroma+path:///relative/dir or chroma+path:////absolute/dir (no host)"
                 )
             if set(query) - {"collection"}:
                 raise ConfigurationError(f"{url}: unknown query parameters {sorted(set(query) - {'collection'})}")
             folder = unquote(parsed.path)
+            if folder.startswith("/"):  # as sqlite:///: three slashes then a relative path, four for absolute
+                folder = folder[1:]
             if not folder:
                 raise ConfigurationError(f"{url}: no folder")
             options["path"] = folder

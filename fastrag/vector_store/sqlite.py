@@ -17,6 +17,14 @@ Design:
   Python's ``sqlite3`` cannot register another FTS5 ranking function; and reading term statistics
   through ``fts5vocab`` made SciFact queries three times slower than the postings table. Only documents
   sharing at least one term with the query are scored.
+- **Languages**: a document whose ``metadata["language"]`` is set is analysed with that language's
+  Snowball stemmer (:meth:`~fastrag.analysis.Analyzer.for_language`; no stemmer for Chinese, Japanese,
+  Korean and other languages Snowball lacks; CJK runs are segmented into bigrams in every language), one
+  without with the store's analyzer (English by default). ``search_text(..., language="de")`` analyses the
+  question in German; without ``language`` it uses the store's analyzer, as before. A store file created
+  before this existed and already holding documents with a language keeps analysing everything with the
+  store's analyzer (recorded as ``language_analysis = "store"``), so its old postings stay consistent;
+  index into a new store to get per-language analysis.
 - **k-NN** is exact: the vectors of the documents that pass the filter are scored with one matrix product.
   The filter is applied before ranking, so a filtered top-k is never short while enough documents match.
 - **Filters** are evaluated inside SQLite by a registered function that runs :func:`fastrag.filters.matches`
@@ -24,6 +32,14 @@ Design:
   rules, missing keys, ISO-8601 dates), which a translation to ``json_extract`` SQL could not guarantee.
 - **Writes** are single transactions: an interrupted upsert or delete leaves the previous state. File
   databases use the WAL journal. Every call runs in a worker thread, serialised on one connection.
+- **Reads** run in one read transaction each, so a search sees one committed state (a snapshot) even while
+  another connection or process writes; the cached vector matrix and BM25 lengths are keyed by SQLite's
+  ``PRAGMA data_version`` as well as this connection's own writes, so another writer's commits are seen.
+- **Errors**: a busy or locked database (another process holds the write lock past the 5 s busy timeout)
+  raises :class:`~fastrag.errors.TransientBackendError`, which :mod:`fastrag.retry` may retry; any other
+  SQLite failure raises :class:`~fastrag.errors.BackendError`. Text that is not valid Unicode (a lone
+  surrogate), metadata nested too deeply, non-finite floats and integers too long to write as JSON
+  are rejected with :class:`~fastrag.errors.InvalidParameterError` before anything is written.
 """
 
 from __future__ import annotations
@@ -48,6 +64,7 @@ from fastrag.errors import (
     ConfigurationError,
     DimensionMismatchError,
     InvalidParameterError,
+    TransientBackendError,
 )
 from fastrag.filters import Filter, FilterLike, dump_filter, matches, parse_filter
 from fastrag.models import Document
@@ -57,6 +74,7 @@ __all__ = ["SQLiteVectorStore"]
 _SCHEMA_VERSION = "2"
 _BM25_K1 = 1.2  # Lucene BM25Similarity defaults (Robertson & Zaragoza 2009 recommend k1 in [1.2, 2.0])
 _BM25_B = 0.75
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 T = TypeVar("T")
 
 _SCHEMA = """
@@ -111,6 +129,10 @@ class SQLiteVectorStore:
             hits = await store.search_text("ranking", k=5)
     """
 
+    idempotent_upsert = True
+    """An upsert replaces documents by id in one transaction, so :class:`~fastrag.retry.RetryingStore` may
+    send it again after a transient failure (a database busy past its timeout)."""
+
     def __init__(
         self,
         path: str | Path = ":memory:",
@@ -126,16 +148,18 @@ class SQLiteVectorStore:
         self._lock = threading.Lock()
         self._closed = False
         self._conn = self._open(self.path)
-        self._matrix_version = -1
-        self._lengths_version = -1
+        self._matrix_version: tuple[int, int] | None = None
+        self._lengths_version: tuple[int, int] | None = None
         self._lengths: tuple[np.ndarray, int, float] = (np.zeros(1), 0, 1.0)
-        self._version = 0
+        self._version = 0  # this connection's own commits
+        self._data_version = 0  # SQLite's count of other connections' commits, read at each snapshot
         self._matrix: np.ndarray = np.zeros((0, 0), dtype=np.float32)
         self._matrix_rowids: np.ndarray = np.zeros(0, dtype=np.int64)
         try:
             self.dimension: int | None = self._check_meta("dimension", dimension, int)
             self.embedding_model: str | None = self._check_meta("embedding_model", embedding_model, str)
             self._check_meta("analyzer_language", self.analyzer.language or "none", str)
+            self._per_language = self._language_analysis()
         except BaseException:
             self._conn.close()
             raise
@@ -178,6 +202,26 @@ class SQLiteVectorStore:
             )
         return stored
 
+    def _language_analysis(self) -> bool:
+        """Whether documents are analysed in their own language (recorded in the file on first open).
+
+        A file from before per-language analysis that holds documents with a language keeps the old,
+        store-wide analysis: their postings were made with it.
+        """
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'language_analysis'").fetchone()
+        if row is not None:
+            return row[0] == "per_document"
+        legacy = self._conn.execute(
+            "SELECT 1 FROM documents WHERE json_extract(metadata, '$.language') IS NOT NULL LIMIT 1"
+        ).fetchone()
+        mode = "store" if legacy else "per_document"
+        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('language_analysis', ?)", (mode,))
+        return mode == "per_document"
+
+    def _analyzer_for(self, language: object) -> Analyzer:
+        """The analysis for text in ``language`` (the store's own when ``None`` or per-language analysis is off)."""
+        return self.analyzer.for_language(language) if self._per_language else self.analyzer  # type: ignore[arg-type]
+
     async def __aenter__(self) -> SQLiteVectorStore:
         return self
 
@@ -201,10 +245,34 @@ class SQLiteVectorStore:
                     raise BackendUnavailableError("store is closed", store=self.path)
                 try:
                     return fn(*args)
+                except sqlite3.OperationalError as exc:
+                    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES:
+                        raise TransientBackendError(f"SQLite database is busy: {exc}", store=self.path) from exc
+                    raise BackendError(f"SQLite error: {exc}", store=self.path) from exc
                 except sqlite3.Error as exc:
                     raise BackendError(f"SQLite error: {exc}", store=self.path) from exc
 
         return await anyio.to_thread.run_sync(call)
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` inside one read transaction: every statement in it sees the same committed state."""
+
+        def in_snapshot() -> T:
+            conn = self._conn
+            conn.execute("BEGIN")
+            try:
+                conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone()  # the snapshot starts here
+                self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+                return fn(*args)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")  # a read transaction: nothing to commit
+
+        return await self._run(in_snapshot)
+
+    def _state(self) -> tuple[int, int]:
+        """Identifies the committed state the current snapshot sees (valid inside :meth:`_read`)."""
+        return (self._version, self._data_version)
 
     # ------------------------------------------------------------------ writes
 
@@ -235,8 +303,17 @@ class SQLiteVectorStore:
                 (d.id, d.content, json.dumps(_plain(d.metadata), ensure_ascii=False, allow_nan=False), blob)
                 for d, blob in zip(docs, blobs, strict=True)
             ]
+        except RecursionError as exc:
+            raise InvalidParameterError("document metadata nests too deeply to store") from exc
         except (TypeError, ValueError) as exc:
             raise InvalidParameterError(f"document metadata must be JSON-serialisable: {exc}") from exc
+        for doc_id, content, metadata, _ in rows:
+            try:
+                doc_id.encode("utf-8"), content.encode("utf-8"), metadata.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidParameterError(
+                    f"document {doc_id!r} holds text that is not valid Unicode ({exc.reason}); nothing was written"
+                ) from exc
         terms = await anyio.to_thread.run_sync(lambda: [self._index_terms(d) for d in docs])
         await self._run(self._upsert_sync, rows, terms)
 
@@ -248,7 +325,7 @@ class SQLiteVectorStore:
         if isinstance(headings, list | tuple):
             parts.extend(h for h in headings if isinstance(h, str) and h != title)
         parts.append(doc.content)
-        return self.analyzer.analyze("\n".join(parts))
+        return self._analyzer_for(doc.metadata.get("language")).analyze("\n".join(parts))
 
     def _embedding_blobs(self, embeddings: np.ndarray | None, n: int) -> list[bytes | None]:
         if embeddings is None:
@@ -355,7 +432,7 @@ class SQLiteVectorStore:
     async def count(self, *, filter: FilterLike | None = None) -> int:  # noqa: A002
         """How many documents the store holds, or how many match ``filter``."""
         where, params = self._where(filter=filter)
-        return await self._run(lambda: self._conn.execute(f"SELECT count(*) FROM documents WHERE {where}", params).fetchone()[0])
+        return await self._read(lambda: self._conn.execute(f"SELECT count(*) FROM documents WHERE {where}", params).fetchone()[0])
 
     async def get(
         self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None, limit: int | None = None  # noqa: A002
@@ -366,16 +443,21 @@ class SQLiteVectorStore:
         if limit is not None:
             _check_k(limit, "limit")
             sql += f" LIMIT {int(limit)}"
-        rows = await self._run(lambda: self._conn.execute(sql, params).fetchall())
+        rows = await self._read(lambda: self._conn.execute(sql, params).fetchall())
         return [Document(id=i, content=c, metadata=json.loads(m)) for i, c, m in rows]
 
-    async def search_text(self, query: str, *, k: int, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
+    async def search_text(
+        self, query: str, *, k: int, filter: FilterLike | None = None, language: str | None = None  # noqa: A002
+    ) -> list[Document]:
         """BM25 search: the ``k`` best documents sharing at least one analysed term with ``query``.
 
         Args:
             query: free text; analysed like the documents (stemming, stopwords, CJK bigrams).
             k: how many documents at most (an int > 0).
             filter: only documents matching it are ranked (applied before the top-k cut).
+            language: the question's language (ISO 639-1, e.g. ``"de"``): the question is stemmed as
+                documents in that language were. ``None``: the store's analyzer (English by default).
+                Documents in every language are searched either way.
 
         Returns:
             Copies best first, with ``score`` = BM25 (unbounded, > 0 for any match, higher is better) and
@@ -383,18 +465,21 @@ class SQLiteVectorStore:
             after analysis (only stopwords or punctuation).
 
         Raises:
-            InvalidParameterError: ``k`` is not a positive int or ``query`` is not a string.
+            InvalidParameterError: ``k`` is not a positive int, ``query`` is not a string, or ``language``
+                is neither ``None`` nor a string.
             FilterError: the filter is malformed.
             BackendError: SQLite failed.
         """
         _check_k(k)
         if not isinstance(query, str):
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
-        terms = sorted(set(self.analyzer.analyze(query, for_query=True)))
+        if language is not None and not isinstance(language, str):
+            raise InvalidParameterError(f"language must be None or a language code, got {language!r}")
+        terms = sorted(set(self._analyzer_for(language).analyze(query, for_query=True)))
         if not terms:
             return []
         node = parse_filter(filter)
-        return await self._run(self._search_text_sync, terms, k, node)
+        return await self._read(self._search_text_sync, terms, k, node)
 
     def _search_text_sync(self, terms: list[str], k: int, node: Filter | None) -> list[Document]:
         postings = self._conn.execute(
@@ -430,7 +515,7 @@ class SQLiteVectorStore:
 
     def _load_lengths(self) -> tuple[np.ndarray, int, float]:
         """Document lengths in terms, indexed by rowid; the document count; the mean length (BM25's avgdl)."""
-        if self._lengths_version != self._version:
+        if self._lengths_version != self._state():
             rows = self._conn.execute("SELECT rowid, n_terms FROM documents").fetchall()
             top = max((r[0] for r in rows), default=0)
             lengths = np.zeros(top + 1, dtype=np.float64)
@@ -438,7 +523,7 @@ class SQLiteVectorStore:
                 lengths[rowid] = n
             total = float(lengths.sum())
             self._lengths = (lengths, len(rows), total / len(rows) if rows and total > 0 else 1.0)
-            self._lengths_version = self._version
+            self._lengths_version = self._state()
         return self._lengths
 
     async def search_vector(
@@ -472,12 +557,16 @@ class SQLiteVectorStore:
                 f"{self.path}: query has dimension {query.shape[0]}, the store holds {self.dimension}"
             )
         node = parse_filter(filter)
-        return await self._run(self._search_vector_sync, query, k, node)
+        return await self._read(self._search_vector_sync, query, k, node)
 
     def _search_vector_sync(self, query: np.ndarray, k: int, node: Filter | None) -> list[Document]:
         matrix, rowids = self._load_matrix()
         if len(rowids) == 0:
             return []
+        if matrix.shape[1] != query.shape[0]:  # the dimension was fixed by another connection's first write
+            raise DimensionMismatchError(
+                f"{self.path}: query has dimension {query.shape[0]}, the store holds {matrix.shape[1]}"
+            )
         if node is not None:
             where, params = self._where(filter=node)
             allowed = np.fromiter(
@@ -513,16 +602,18 @@ class SQLiteVectorStore:
         ]
 
     def _load_matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._matrix_version != self._version:
+        if self._matrix_version != self._state():
             rows = self._conn.execute("SELECT rowid, embedding FROM documents WHERE embedding IS NOT NULL").fetchall()
             if rows:
                 matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
                 norms = np.linalg.norm(matrix, axis=1, keepdims=True)
                 self._matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+                if self.dimension is None:  # fixed by another connection's first write
+                    self.dimension = int(matrix.shape[1])
             else:
                 self._matrix = np.zeros((0, self.dimension or 0), dtype=np.float32)
             self._matrix_rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            self._matrix_version = self._version
+            self._matrix_version = self._state()
         return self._matrix, self._matrix_rowids
 
 

@@ -59,10 +59,15 @@ class Model2VecEmbedder:
     ``async with``; encoding also runs in a worker thread, so the event loop never blocks. The same
     vectors serve documents and queries (a static model is symmetric).
 
-    Example::
-
-        async with Model2VecEmbedder() as embedder:
-            vectors = await embedder.embed_documents(["first text", "second text"])  # (2, 256)
+    Examples:
+        >>> import anyio
+        >>> from fastrag.ingestion import Model2VecEmbedder
+        >>> async def main():
+        ...     async with Model2VecEmbedder() as embedder:
+        ...         return await embedder.embed_documents(["first text", "second text"])
+        >>> vectors = anyio.run(main)
+        >>> vectors.shape, vectors.dtype.name
+        ((2, 256), 'float32')
 
     Args:
         model: a local model folder (a :class:`~pathlib.Path`, or a string naming an existing folder or

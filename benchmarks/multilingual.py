@@ -1,0 +1,190 @@
+"""Multilingual retrieval on XQuAD: Recall@10 per question language, duplicates and translation choice.
+
+The corpus is XQuAD's 240 paragraphs in English, German, Spanish, Russian and Chinese (1,200 documents; the
+same ``_id`` is the same paragraph in another language), indexed as ``/{lang}/xquad/{_id}``. Every question
+of every language (1,190 per language) is asked; the right paragraph is the one its qrels name.
+
+Configurations, all BM25 in the SQLite store:
+
+* ``bm25 (English analysis)``: the documents carry no language, so everything is analysed in English, as
+  fastrag did before per-language analysis; no language handling at query time.
+* ``bm25 (per-language analysis)``: ``metadata["language"]`` set, so each paragraph is stemmed in its
+  language, and each question in its detected language (``BM25Retriever(detector=...)``).
+* ``language-aware``: the same wrapped in ``LanguageAwareRetriever(candidate_k=40,
+  other_language_weight=0.8)``: one translation per paragraph, the asker's when it was retrieved. The
+  question's language is detected by Lingua (its accuracy on these questions is the last row).
+* ``language-aware, language given``: the same, told the question's language (``retrieve(...,
+  language=lang)``, as an application that knows the user's locale would), so detection errors are gone.
+* ``monolingual reference``: each language's 240 paragraphs alone, per-language analysis (what a
+  single-language site gets; an upper bound for the multilingual store).
+
+Columns:
+
+* Recall@10: the right paragraph, in any language, is in the top 10.
+* own-language Recall@10: the right paragraph in the question's language is in the top 10.
+* duplicates: share of questions whose top 10 holds some paragraph more than once.
+* wrong translation: share of questions whose top 10 holds a paragraph in another language although its
+  question-language version was among that configuration's first 40 results.
+* ms / query: mean wall-clock time of one ``retrieve(question, k=10)``, one question at a time.
+
+Run from the repository root (two to three minutes on 2 cores; needs the ``language`` extra)::
+
+    python benchmarks/multilingual.py            # print the table
+    python benchmarks/multilingual.py --write    # and update the table in docs/multilingual.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from fastrag.language import LinguaLanguageDetector
+from fastrag.models import Document
+from fastrag.retrieval import BM25Retriever
+from fastrag.retrieval.language import LanguageAwareRetriever, split_locale
+from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASETS = ROOT.parent / "shared" / "datasets"
+DOC = ROOT / "docs" / "multilingual.md"
+LANGUAGES = ("en", "de", "es", "ru", "zh")
+START, END = "<!-- multilingual-results:start -->", "<!-- multilingual-results:end -->"
+
+
+@dataclass
+class Language:
+    docs: list[Document]
+    queries: list[tuple[str, str]]
+    qrels: dict[str, str]
+
+
+def load(lang: str, *, with_language: bool = True) -> Language:
+    folder = DATASETS / f"xquad-{lang}"
+    docs = []
+    for line in (folder / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        meta = {"source_uri": f"/{lang}/xquad/{row['_id']}"}
+        if with_language:
+            meta["language"] = lang
+        docs.append(Document(id=f"{lang}:{row['_id']}", content=row["text"], metadata=meta))
+    queries = [(r["_id"], r["text"]) for r in map(json.loads, (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines())]
+    qrels = dict(line.split("\t")[:2] for line in (folder / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:])
+    return Language(docs, queries, qrels)
+
+
+@dataclass
+class Row:
+    config: str
+    lang: str
+    recall: float
+    own_recall: float
+    duplicates: float
+    wrong_translation: float
+    ms_per_query: float
+
+
+async def measure(
+    config: str, lang: str, data: Language, retrieve: Callable[[str, int], object], candidates: Callable[[str], object]
+) -> Row:
+    recall = own = dup = wrong = 0
+    elapsed = 0.0
+    for query_id, question in data.queries:
+        start = time.perf_counter()
+        top: Sequence[Document] = await retrieve(question, 10)  # type: ignore[misc]
+        elapsed += time.perf_counter() - start
+        target = data.qrels[query_id]
+        pages = [split_locale(d.metadata["source_uri"])[1] for d in top]
+        paragraph_ids = [d.id.split(":", 1)[1] for d in top]
+        recall += target in paragraph_ids
+        own += f"{lang}:{target}" in {d.id for d in top}
+        dup += len(pages) != len(set(pages))
+        pool: Sequence[Document] = await candidates(question)  # type: ignore[misc]
+        own_pages = {split_locale(d.metadata["source_uri"])[1] for d in pool if d.id.startswith(f"{lang}:")}
+        wrong += any(not d.id.startswith(f"{lang}:") and page in own_pages for d, page in zip(top, pages, strict=True))
+    n = len(data.queries)
+    return Row(config, lang, recall / n, own / n, dup / n, wrong / n, 1000 * elapsed / n)
+
+
+async def run() -> tuple[list[Row], dict[str, float]]:
+    detector = LinguaLanguageDetector(list(LANGUAGES), preload=True)
+    data = {lang: load(lang) for lang in LANGUAGES}
+    rows: list[Row] = []
+    accuracy: dict[str, float] = {}
+    async with SQLiteVectorStore(":memory:") as english, SQLiteVectorStore(":memory:") as multi:
+        await english.upsert([d for lang in LANGUAGES for d in load(lang, with_language=False).docs])
+        await multi.upsert([d for lang in LANGUAGES for d in data[lang].docs])
+        plain = BM25Retriever(store=english)
+        per_language = BM25Retriever(store=multi, detector=detector)
+        aware = LanguageAwareRetriever(retriever=per_language, detector=detector, candidate_k=40)
+        for lang in LANGUAGES:
+            d = data[lang]
+            rows.append(await measure("bm25 (English analysis)", lang, d,
+                                      lambda q, k: plain.retrieve(q, k=k), lambda q: plain.retrieve(q, k=40)))  # fmt: skip
+            rows.append(await measure("bm25 (per-language analysis)", lang, d,
+                                      lambda q, k: per_language.retrieve(q, k=k),
+                                      lambda q: per_language.retrieve(q, k=40)))  # fmt: skip
+            rows.append(await measure("language-aware (per-language bm25)", lang, d,
+                                      lambda q, k: aware.retrieve(q, k=k), lambda q: per_language.retrieve(q, k=40)))  # fmt: skip
+            given = BM25Retriever(store=multi, language=lang)
+            told = LanguageAwareRetriever(retriever=given, detector=detector, candidate_k=40)
+            rows.append(await measure("language-aware, language given", lang, d,
+                                      lambda q, k: told.retrieve(q, k=k, language=lang),  # noqa: B023
+                                      lambda q: given.retrieve(q, k=40)))  # fmt: skip
+            accuracy[lang] = sum(detector.detect(q) == lang for _, q in d.queries) / len(d.queries)
+    for lang in LANGUAGES:
+        async with SQLiteVectorStore(":memory:") as mono:
+            await mono.upsert(data[lang].docs)
+            bm25 = BM25Retriever(store=mono, language=lang)
+            rows.append(await measure("monolingual reference", lang, data[lang],
+                                      lambda q, k: bm25.retrieve(q, k=k), lambda q: bm25.retrieve(q, k=40)))  # fmt: skip
+    return rows, accuracy
+
+
+def table(rows: list[Row], accuracy: dict[str, float]) -> str:
+    configs = list(dict.fromkeys(r.config for r in rows))
+    out = ["| configuration | metric | " + " | ".join(LANGUAGES) + " |", "| --- | --- | " + " | ".join("---" for _ in LANGUAGES) + " |"]
+    for config in configs:
+        by_lang = {r.lang: r for r in rows if r.config == config}
+        for label, attr, fmt in (
+            ("Recall@10", "recall", "{:.3f}"),
+            ("own-language Recall@10", "own_recall", "{:.3f}"),
+            ("duplicates", "duplicates", "{:.1%}"),
+            ("wrong translation", "wrong_translation", "{:.1%}"),
+            ("ms / query", "ms_per_query", "{:.1f}"),
+        ):
+            if config == "monolingual reference" and attr in ("duplicates", "wrong_translation", "own_recall"):
+                continue
+            cells = [fmt.format(getattr(by_lang[lang], attr)) for lang in LANGUAGES]
+            out.append(f"| {config} | {label} | " + " | ".join(cells) + " |")
+    out.append("| Lingua | question language detected | " + " | ".join(f"{accuracy[lang]:.1%}" for lang in LANGUAGES) + " |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help=f"update the table in {DOC.relative_to(ROOT)}")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    rows, accuracy = anyio.run(run)
+    result = table(rows, accuracy)
+    machine = f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()}"
+    footer = (f"\n\nMeasured by `python benchmarks/multilingual.py --write` ({time.perf_counter() - start:.0f} s, "
+              f"{machine}); 1,190 questions per language.")  # fmt: skip
+    print(result + footer)
+    if args.write:
+        page = DOC.read_text(encoding="utf-8")
+        head, rest = page.split(START, 1)
+        _, tail = rest.split(END, 1)
+        DOC.write_text(f"{head}{START}\n{result}{footer}\n{END}{tail}", encoding="utf-8")
+        print(f"updated {DOC.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Retrieval with a status: tell "nothing matched" from "the store is down" without catching exceptions.
+
+::
+
+    result = await retriever.retrieve_result("how are documents ranked?", k=5)
+    if result.retrieval_failed:
+        ...  # result.error says why; never answer from result.documents as if nothing matched
+    elif result.partial:
+        ...  # some branches failed (result.failed_branches); the documents come from the others
+
+:func:`retrieve_result` works with any :class:`~fastrag.protocols.Retriever`; every retriever in
+:mod:`fastrag.retrieval` also has a ``retrieve_result`` method that calls it.
+
+How the status is gathered: :func:`retrieve_result` installs a fresh collector in a
+:class:`contextvars.ContextVar` for the duration of one call. Stages report into whatever collector the
+current context holds (:func:`record_timing`, :func:`record_branch_failure`): a hybrid retriever reports
+its failed branches and per-branch timings, however deeply it is wrapped. Each call has its own collector
+and each task its own context, so concurrent calls on one retriever never see each other's state. Without
+a collector (a plain ``retrieve()`` call) reporting does nothing.
+
+Logging (logger ``fastrag.retrieval``): a failure is logged at ERROR exactly once, by the stage that
+absorbs it: :func:`retrieve_result` for a failed call, a hybrid retriever for a branch it leaves out of a
+partial result. An error that propagates to the caller is not logged on the way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from fastrag.errors import FilterError, InvalidParameterError
+from fastrag.filters import FilterLike
+from fastrag.models import Document
+from fastrag.protocols import Retriever
+
+__all__ = [
+    "RetrievalResult",
+    "ReturnsResult",
+    "record_branch_failure",
+    "record_timing",
+    "retrieve_result",
+    "stage",
+    "timed",
+]
+
+logger = logging.getLogger("fastrag.retrieval")
+
+
+def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalResult:
+    """The outcome of one retrieval call.
+
+    Attributes:
+        documents: the documents, best first (empty when the call failed, or when nothing matched).
+        error: why the call failed, or ``None``. For a hybrid retriever whose every branch failed, the
+            first branch's error (the others are in ``failed_branches``).
+        failed_branches: ``{branch: error}`` for every branch that failed, whether its failure ended the
+            call or was left out of a partial result. Nested hybrid branches are named ``"outer/inner"``.
+        partial: ``True`` when the call succeeded without some branches (see ``failed_branches``).
+        timings: wall-clock seconds per stage: ``"total"`` for the whole call; for a hybrid retriever each
+            branch by name and ``"fusion"``; for a vector retriever ``"embed"`` and ``"search"``
+            (prefixed with the branch name inside a hybrid, e.g. ``"vector/embed"``).
+    """
+
+    documents: tuple[Document, ...] = ()
+    error: Exception | None = None
+    failed_branches: Mapping[str, Exception] = field(default_factory=lambda: MappingProxyType({}))
+    partial: bool = False
+    timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "documents", tuple(self.documents))
+        object.__setattr__(self, "failed_branches", _frozen(self.failed_branches))
+        object.__setattr__(self, "timings", _frozen(self.timings))
+
+    @property
+    def retrieval_failed(self) -> bool:
+        """``True`` when the call failed (``error`` is set): the empty ``documents`` mean nothing."""
+        return self.error is not None
+
+
+class _Collector:
+    """What the stages of one call report; one per :func:`retrieve_result` call, never shared."""
+
+    __slots__ = ("absorbed", "failed", "timings")
+
+    def __init__(self) -> None:
+        self.failed: dict[str, Exception] = {}
+        self.absorbed = False
+        self.timings: dict[str, float] = {}
+
+
+_collector: ContextVar[_Collector | None] = ContextVar("fastrag_retrieval_collector", default=None)
+_prefix: ContextVar[str] = ContextVar("fastrag_retrieval_stage_prefix", default="")
+
+
+def record_timing(name: str, seconds: float) -> None:
+    """Add ``seconds`` to stage ``name`` of the current :func:`retrieve_result` call, if there is one."""
+    collector = _collector.get()
+    if collector is not None:
+        key = _prefix.get() + name
+        collector.timings[key] = collector.timings.get(key, 0.0) + seconds
+
+
+@contextmanager
+def timed(name: str) -> Iterator[None]:
+    """Time the ``with`` block as stage ``name`` (see :func:`record_timing`), even when it raises."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        record_timing(name, time.perf_counter() - start)
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Within the block (one branch's task), stages report under ``"<name>/"``."""
+    token = _prefix.set(f"{_prefix.get()}{name}/")
+    try:
+        yield
+    finally:
+        _prefix.reset(token)
+
+
+def record_branch_failure(name: str, error: Exception, *, absorbed: bool) -> None:
+    """Report that branch ``name`` failed with ``error``.
+
+    Args:
+        name: the branch name (prefixed with the enclosing branches, as for timings).
+        error: what it raised.
+        absorbed: ``True`` when the caller goes on without the branch (a partial result); the caller
+            logs it. ``False`` when the error ends the call.
+    """
+    collector = _collector.get()
+    if collector is not None:
+        collector.failed[_prefix.get() + name] = error
+        collector.absorbed = collector.absorbed or absorbed
+
+
+async def retrieve_result(
+    retriever: Retriever, query: str, *, k: int = 10, filter: FilterLike | None = None  # noqa: A002
+) -> RetrievalResult:
+    """Run ``retriever.retrieve(query, k=k, filter=filter)`` and report the outcome instead of raising.
+
+    Mistakes in the call (an invalid ``k`` or query, a malformed filter) are raised, not reported: they are
+    not failures of retrieval. Cancellation propagates as always.
+
+    Args:
+        retriever: any :class:`~fastrag.protocols.Retriever`.
+        query: the question, as for ``retrieve``.
+        k: how many documents to ask for, as for ``retrieve``.
+        filter: a filter, as for ``retrieve``.
+
+    Returns:
+        A :class:`RetrievalResult`. A failure of retrieval itself (a store down, a timeout, an embedder
+        error, any ``Exception`` the retriever raises other than those below) is returned with
+        ``retrieval_failed`` true and logged at ERROR once; a healthy store with no match gives
+        ``retrieval_failed`` false and no documents.
+
+    Raises:
+        InvalidParameterError: the arguments are invalid (``k``, the query), as ``retrieve`` raises them.
+        FilterError: the filter is malformed or cannot be expressed by the backend.
+    """
+    collector = _Collector()
+    token = _collector.set(collector)
+    prefix_token = _prefix.set("")
+    start = time.perf_counter()
+    error: Exception | None = None
+    documents: list[Document] = []
+    try:
+        documents = await retriever.retrieve(query, k=k, filter=filter)
+    except (InvalidParameterError, FilterError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - reporting every failure is this function's job
+        error = exc
+    finally:
+        elapsed = time.perf_counter() - start
+        _prefix.reset(prefix_token)
+        _collector.reset(token)
+    collector.timings["total"] = elapsed
+    if error is not None:
+        logger.error("retrieval failed (%s): %s", _describe(retriever), _one_line(error), exc_info=error)
+        return RetrievalResult(error=error, failed_branches=collector.failed, timings=collector.timings)
+    return RetrievalResult(
+        documents=tuple(documents),
+        failed_branches=collector.failed,
+        partial=collector.absorbed,
+        timings=collector.timings,
+    )
+
+
+class ReturnsResult:
+    """Mixin: a ``retrieve_result`` method that calls :func:`retrieve_result` on ``self``."""
+
+    async def retrieve_result(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None  # noqa: A002
+    ) -> RetrievalResult:
+        """Like ``retrieve``, but failures are reported in the result; see :func:`retrieve_result`."""
+        return await retrieve_result(self, query, k=k, filter=filter)  # type: ignore[arg-type]
+
+
+def _describe(retriever: Any) -> str:
+    return getattr(retriever, "name", None) or type(retriever).__name__
+
+
+def _one_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text.replace("\n", " ")

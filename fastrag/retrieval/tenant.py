@@ -1,0 +1,101 @@
+"""Tenant scoping: a retriever bound to one tenant (a user, an organisation, an agent) sees only its documents."""
+
+from __future__ import annotations
+
+import logging
+
+from fastrag.errors import InvalidParameterError
+from fastrag.filters import Comparison, FilterLike, combine_filters, matches
+from fastrag.filters import field as filter_field
+from fastrag.models import RESERVED_KEYS, Document
+from fastrag.protocols import Retriever
+from fastrag.retrieval._validation import check_k, check_query
+from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.result import ReturnsResult
+
+__all__ = ["DEFAULT_TENANT_KEY", "TenantScopedRetriever", "tenant_filter"]
+
+logger = logging.getLogger("fastrag.retrieval")
+
+DEFAULT_TENANT_KEY = "tenant_id"
+"""The metadata key that holds a document's tenant, unless another is given."""
+
+
+def tenant_filter(tenant: str | int, tenant_key: str = DEFAULT_TENANT_KEY) -> Comparison:
+    """The filter ``equals(tenant_key, tenant)``, after checking both.
+
+    Raises:
+        InvalidParameterError: ``tenant`` is not a non-empty str or an int (bools rejected), or
+            ``tenant_key`` is not a non-empty str or is a reserved metadata key (``score``, ``source_uri``...).
+    """
+    if isinstance(tenant, bool) or not isinstance(tenant, str | int) or tenant == "":
+        raise InvalidParameterError(f"tenant must be a non-empty str or an int, got {tenant!r}")
+    if not isinstance(tenant_key, str) or not tenant_key:
+        raise InvalidParameterError(f"tenant_key must be a non-empty str, got {tenant_key!r}")
+    if tenant_key in RESERVED_KEYS:
+        raise InvalidParameterError(f"tenant_key {tenant_key!r} is a reserved metadata key")
+    return filter_field(tenant_key) == tenant
+
+
+class TenantScopedRetriever(ReturnsResult):
+    """Wraps any retriever so that every call is restricted to one tenant's documents.
+
+    Every call's filter becomes ``equals(tenant_key, tenant) AND <the call's filter>`` before the wrapped
+    retriever sees it. Retrievers pass the call filter down to every stage and branch (a hybrid gives it
+    to each branch; a branch's own fixed filter is AND-ed with it, never replaces it), and stores apply it
+    before ranking, so a top-k is the tenant's top-k. As a second line of defence, any returned document
+    whose metadata does not match the tenant filter (a third-party stage that dropped the filter) is
+    removed and the leak logged at ERROR; the call never returns another tenant's document.
+
+    Documents must carry the tenant under ``tenant_key``; :class:`~fastrag.vector_store.tenant.TenantScopedStore`
+    stamps it on every write (and ingestion through it).
+
+    Args:
+        retriever: any :class:`~fastrag.protocols.Retriever` (a hybrid, a path filter, a stack of them).
+        tenant: the tenant's id (a non-empty str, or an int).
+        tenant_key: the metadata key holding the tenant id (default ``"tenant_id"``).
+        limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`).
+
+    Raises:
+        InvalidParameterError: a bad ``tenant`` or ``tenant_key`` (see :func:`tenant_filter`); from
+            :meth:`retrieve`, a bad ``k`` or query, before the wrapped retriever runs.
+        FilterError: from :meth:`retrieve`, a malformed call filter.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        *,
+        tenant: str | int,
+        tenant_key: str = DEFAULT_TENANT_KEY,
+        limits: RetrievalLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self._scope = tenant_filter(tenant, tenant_key)
+        self.retriever = retriever
+        self.tenant = tenant
+        self.tenant_key = tenant_key
+        self.limits = limits
+        self.name: str = getattr(retriever, "name", None) or "retriever"
+
+    @property
+    def scope(self) -> Comparison:
+        """The filter AND-ed into every call: ``equals(tenant_key, tenant)``."""
+        return self._scope
+
+    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
+        """Up to ``k`` of the tenant's documents for ``query`` matching ``filter``, best first."""
+        check_query(query, self.limits)
+        check_k(k, self.limits)
+        node = combine_filters(self._scope, filter)
+        found = await self.retriever.retrieve(query, k=k, filter=node)
+        kept = [doc for doc in found if matches(self._scope, doc.metadata)]
+        if len(kept) == len(found):
+            return found
+        logger.error(
+            "tenant isolation: %r returned %d document(s) outside tenant %s=%r; they were removed",
+            self.retriever, len(found) - len(kept), self.tenant_key, self.tenant,
+        )  # fmt: skip
+        return [doc.ranked(score=doc.score, rank=rank) for rank, doc in enumerate(kept)]
+
+    def __repr__(self) -> str:
+        return f"TenantScopedRetriever({self.retriever!r}, tenant={self.tenant!r}, tenant_key={self.tenant_key!r})"

@@ -1,0 +1,315 @@
+"""Language-aware retrieval (one translation per page, the asker's language first) and multilingual BM25
+in the SQLite store, with a deterministic fake detector (the Lingua detector is tested in
+test_multilingual.py)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastrag.analysis import Analyzer, primary_language
+from fastrag.errors import InvalidParameterError
+from fastrag.models import Document
+from fastrag.protocols import LanguageDetector
+from fastrag.retrieval import BM25Retriever
+from fastrag.retrieval.language import LanguageAwareRetriever, split_locale
+from fastrag.retry import RetryingStore
+from fastrag.testing.fakes import InMemoryStore
+from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+pytestmark = pytest.mark.anyio
+
+
+class WordDetector:
+    """German if the text has a German marker word, English if an English one, else unknown."""
+
+    GERMAN = {"der", "die", "das", "und", "ist", "wie", "wer"}
+    ENGLISH = {"the", "and", "is", "how", "who", "what"}
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def detect(self, text: str) -> str | None:
+        self.calls.append(text)
+        words = set(text.lower().replace("?", " ").split())
+        if words & self.GERMAN:
+            return "de"
+        if words & self.ENGLISH:
+            return "en"
+        return None
+
+
+class Fixed:
+    """A first stage returning documents with the given scores, in that order."""
+
+    name = "fixed"
+
+    def __init__(self, rows: list[tuple[str, float, dict[str, Any]]]) -> None:
+        self.docs = [
+            Document(id=doc_id, content=meta.pop("content", "text"), metadata=meta).ranked(score=score, rank=i)
+            for i, (doc_id, score, meta) in enumerate(rows)
+        ]
+        self.asked: list[int] = []
+
+    async def retrieve(self, query: str, *, k: int = 10, filter: Any = None) -> list[Document]:
+        self.asked.append(k)
+        return self.docs[:k]
+
+
+def page(uri: str, language: str | None = None, content: str = "text") -> dict[str, Any]:
+    meta: dict[str, Any] = {"source_uri": uri, "content": content}
+    if language is not None:
+        meta["language"] = language
+    return meta
+
+
+# ---------------------------------------------------------------------------------------- split_locale
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("/docs/a", (None, "docs/a")),
+        ("/en/docs/a", ("en", "docs/a")),
+        ("/de/docs/a", ("de", "docs/a")),
+        ("en/docs/a", ("en", "docs/a")),
+        ("docs/a", (None, "docs/a")),
+        ("/pt-BR/docs/a", ("pt", "docs/a")),
+        ("/zh_Hans/docs/a", ("zh", "docs/a")),
+        ("/EN/docs/a", ("en", "docs/a")),
+        ("/xx/docs/a", (None, "xx/docs/a")),  # not an ISO 639-1 code
+        ("/api/docs/a", (None, "api/docs/a")),
+        ("/en", (None, "en")),  # a last segment is the page, not a locale
+        ("https://example.org/de/guide/install?v=2", ("de", "https://example.org/guide/install?v=2")),
+        ("https://example.org/guide/install", (None, "https://example.org/guide/install")),
+    ],
+)
+def test_split_locale(uri: str, expected: tuple[str | None, str]) -> None:
+    assert split_locale(uri) == expected
+
+
+def test_primary_language() -> None:
+    assert [primary_language(t) for t in ("de", "pt-BR", "zh_Hans", "EN", "", "1x", None, 3, "deutsch")] == [
+        "de", "pt", "zh", "en", None, None, None, None, None,
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------- LanguageAwareRetriever
+
+
+async def test_one_translation_per_page_in_the_askers_language_even_when_it_scored_lower() -> None:
+    inner = Fixed([
+        ("en-a", 10.0, page("/en/docs/a", "en")),
+        ("en-b", 6.0, page("/en/docs/b", "en")),
+        ("de-a", 2.0, page("/de/docs/a", "de")),
+        ("es-a", 9.0, page("es/docs/a", "es")),  # no leading slash: the same page
+        ("c", 0.0, page("/docs/c", "en")),
+    ])  # fmt: skip
+    out = await LanguageAwareRetriever(retriever=inner, detector=WordDetector()).retrieve("wie ist das?", k=10)
+    assert [d.id for d in out] == ["de-a", "en-b", "c"]
+    # page a ranks where its best translation would (en-a: 1.0 * 0.8), shown in German
+    assert out[0].score == pytest.approx(0.8)
+    assert out[1].score == pytest.approx(0.6 * 0.8)
+    assert [d.metadata["language"] for d in out] == ["de", "en", "en"]
+    assert out[0].metadata["branches"] == {"first_stage": {"score": 2.0, "rank": 2}}
+    assert [d.rank for d in out] == [0, 1, 2]
+
+
+async def test_without_the_askers_translation_the_best_translation_is_kept() -> None:
+    inner = Fixed([("en-a", 10.0, page("/en/docs/a", "en")), ("es-a", 9.0, page("/es/docs/a", "es")),
+                   ("de-b", 1.0, page("/de/docs/b", "de"))])  # fmt: skip
+    out = await LanguageAwareRetriever(retriever=inner, detector=WordDetector()).retrieve("wie ist das?", k=10)
+    assert [d.id for d in out] == ["en-a", "de-b"]
+
+
+async def test_other_languages_yield_to_similar_but_not_to_much_weaker_results() -> None:
+    # normalised: en-top 1.0 -> 0.8 (English, the question is German); de-close 0.85; de-weak 0.7; floor 0
+    inner = Fixed([
+        ("en-top", 100.0, page("/en/x", "en")),
+        ("de-close", 85.0, page("/de/y", "de")),
+        ("de-weak", 70.0, page("/de/z", "de")),
+        ("floor", 0.0, page("/de/w", "de")),
+    ])  # fmt: skip
+    out = await LanguageAwareRetriever(retriever=inner, detector=WordDetector()).retrieve("wer ist das?", k=10)
+    assert [d.id for d in out] == ["de-close", "en-top", "de-weak", "floor"]
+    assert [d.score for d in out] == pytest.approx([0.85, 0.8, 0.7, 0.0])
+    neutral = LanguageAwareRetriever(retriever=inner, detector=WordDetector(), other_language_weight=1.0)
+    assert [d.id for d in await neutral.retrieve("wer ist das?", k=10)][:2] == ["en-top", "de-close"]
+
+
+async def test_metadata_language_wins_then_detection_then_the_locale_segment() -> None:
+    detector = WordDetector()
+    inner = Fixed([
+        ("tagged", 3.0, page("/docs/t", "de", content="the english words")),
+        ("detected", 2.0, page("/docs/d", content="the english words")),
+        ("by-locale", 1.0, page("/de/docs/l", content="12345")),
+        ("unknown", 0.5, page("/docs/u", content="12345")),
+    ])  # fmt: skip
+    out = await LanguageAwareRetriever(retriever=inner, detector=detector).retrieve("how is it?", k=10)
+    assert {d.id: d.metadata["language"] for d in out} == {
+        "tagged": "de", "detected": "en", "by-locale": "de", "unknown": None,
+    }  # fmt: skip
+    # the tagged document was not run through the detector (same text as "detected", asked about once)
+    assert sum(c == "the english words" for c in detector.calls) == 1
+
+
+async def test_chunks_of_the_kept_translation_stay_and_the_others_go() -> None:
+    inner = Fixed([
+        ("en-a#0", 10.0, page("/en/docs/a", "en")),
+        ("de-a#0", 8.0, page("/de/docs/a", "de")),
+        ("en-a#1", 6.0, page("/en/docs/a", "en")),
+        ("de-a#1", 1.0, page("/de/docs/a", "de")),
+    ])  # fmt: skip
+    retriever = LanguageAwareRetriever(retriever=inner, detector=WordDetector())
+    assert [d.id for d in await retriever.retrieve("wie ist das?")] == ["de-a#0", "de-a#1"]
+    assert [d.id for d in await retriever.retrieve("how is it?")] == ["en-a#0", "en-a#1"]
+
+
+async def test_documents_without_source_uri_are_pages_of_their_own_and_k_cuts() -> None:
+    inner = Fixed([(f"n{i}", 10.0 - i, {"language": "en"}) for i in range(6)])
+    out = await LanguageAwareRetriever(retriever=inner, detector=WordDetector(), candidate_k=4).retrieve("how?", k=3)
+    assert [d.id for d in out] == ["n0", "n1", "n2"]
+    assert inner.asked == [4]
+    await LanguageAwareRetriever(retriever=inner, detector=WordDetector(), candidate_k=4).retrieve("how?", k=5)
+    assert inner.asked[-1] == 5
+
+
+async def test_explicit_language_skips_detection_and_unknown_question_language_weighs_nothing() -> None:
+    inner = Fixed([("en", 10.0, page("/en/p", "en")), ("de", 9.0, page("/de/q", "de"))])
+    detector = WordDetector()
+    out = await LanguageAwareRetriever(retriever=inner, detector=detector).retrieve("???", k=5, language="de")
+    assert [d.id for d in out] == ["de", "en"] and "???" not in detector.calls
+    out = await LanguageAwareRetriever(retriever=inner, detector=detector).retrieve("???", k=5)  # undetectable
+    assert [d.id for d in out] == ["en", "de"]
+    assert [d.score for d in out] == [1.0, 0.9]  # non-negative scores: divided by the best
+
+
+async def test_negative_scores_are_min_max_normalised() -> None:
+    inner = Fixed([("a", 0.5, page("/en/a", "en")), ("b", 0.0, page("/en/b", "en")), ("c", -0.5, page("/en/c", "en"))])
+    out = await LanguageAwareRetriever(retriever=inner, detector=WordDetector()).retrieve("how?", k=5)
+    assert [d.score for d in out] == [1.0, 0.5, 0.0]
+
+
+async def test_missing_scores_fall_back_to_positions() -> None:
+    inner = Fixed([("a", 1.0, page("/en/a", "en")), ("b", 1.0, page("/en/b", "en"))])
+    inner.docs = [Document(id=d.id, content=d.content, metadata={**d.metadata, "score": None}) for d in inner.docs]
+    out = await LanguageAwareRetriever(retriever=inner, detector=WordDetector()).retrieve("how?", k=5)
+    assert [d.id for d in out] == ["a", "b"] and [d.score for d in out] == [1.0, 0.5]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"other_language_weight": -0.1},
+        {"other_language_weight": 1.5},
+        {"other_language_weight": float("nan")},
+        {"other_language_weight": True},
+        {"candidate_k": 0},
+        {"detector": object()},
+        {"retriever": object()},
+    ],
+)
+def test_invalid_construction(kwargs: dict[str, Any]) -> None:
+    args: dict[str, Any] = {"retriever": Fixed([]), "detector": WordDetector(), **kwargs}
+    with pytest.raises(InvalidParameterError):
+        LanguageAwareRetriever(**args)
+
+
+async def test_invalid_calls_are_refused_before_searching() -> None:
+    inner = Fixed([("a", 1.0, page("/en/a", "en"))])
+    retriever = LanguageAwareRetriever(retriever=inner, detector=WordDetector())
+    for kwargs in ({"k": 0}, {"language": "???"}, {"language": 5}):
+        with pytest.raises(InvalidParameterError):
+            await retriever.retrieve("q", **kwargs)
+    with pytest.raises(InvalidParameterError):
+        await retriever.retrieve("  ")
+    assert inner.asked == []
+
+
+def test_fake_detector_satisfies_the_protocol() -> None:
+    assert isinstance(WordDetector(), LanguageDetector)
+
+
+# ------------------------------------------------------------------------------------ multilingual BM25
+
+
+def test_analyzer_for_language() -> None:
+    english = Analyzer()
+    assert english.for_language(None) is english and english.for_language("en-GB") is english
+    assert english.for_language("de").analyze("Häuser") == ["haus"]
+    assert english.analyze("Häuser") == ["häuser"]
+    assert english.for_language("ru").analyze("Москвы") == english.for_language("ru").analyze("Москва")
+    assert english.for_language("zh").analyze("超级碗 running") == ["超级", "级碗", "超", "级", "碗", "running"]
+    assert english.for_language("nb").language == "no"
+    assert Analyzer(stem=False).for_language("de").analyze("Häuser") == ["häuser"]  # settings carry over
+
+
+async def test_documents_are_stemmed_in_their_language_and_queries_in_theirs() -> None:
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert([
+            Document(id="de", content="Die Häuser am Fluss", metadata={"language": "de"}),
+            Document(id="ru", content="Улицы Москвы", metadata={"language": "ru"}),
+            Document(id="en", content="Running water in the houses"),
+        ])  # fmt: skip
+        # German stemming on both sides: "Haus" and "Häuser" share the stem "haus"
+        assert [d.id for d in await store.search_text("Haus", k=5, language="de")] == ["de"]
+        assert [d.id for d in await store.search_text("Häuser", k=5, language="de")] == ["de"]
+        assert await store.search_text("Häuser", k=5) == []  # English analysis of the question: "häuser"
+        assert [d.id for d in await store.search_text("Москва", k=5, language="ru")] == ["ru"]
+        # documents without a language: English, as before
+        assert [d.id for d in await store.search_text("runs", k=5)] == ["en"]
+        assert [d.id for d in await store.search_text("house", k=5)] == ["en"]
+        with pytest.raises(InvalidParameterError):
+            await store.search_text("x", k=5, language=3)  # type: ignore[arg-type]
+
+
+async def test_chinese_documents_are_segmented_without_stemming() -> None:
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert([Document(id="zh", content="超级碗是美国国家橄榄球联盟的年度冠军赛", metadata={"language": "zh"}),
+                            Document(id="en", content="the super bowl")])  # fmt: skip
+        assert [d.id for d in await store.search_text("超级碗在哪里举行", k=5, language="zh")] == ["zh"]
+
+
+async def test_a_store_from_before_per_language_analysis_keeps_its_analysis(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    async with SQLiteVectorStore(path) as store:
+        store._per_language = False  # write as fastrag did before per-language analysis
+        await store.upsert([Document(id="de", content="Häuser", metadata={"language": "de"})])
+    with sqlite3.connect(path) as conn:  # as a file written before the setting existed
+        conn.execute("DELETE FROM meta WHERE key = 'language_analysis'")
+    async with SQLiteVectorStore(path) as store:
+        assert store._per_language is False
+        await store.upsert([Document(id="de2", content="Häuser", metadata={"language": "de"})])
+        assert {d.id for d in await store.search_text("Häuser", k=5, language="de")} == {"de", "de2"}
+    fresh = tmp_path / "new.db"
+    async with SQLiteVectorStore(fresh) as store:
+        await store.upsert([Document(id="x", content="plain")])
+    with sqlite3.connect(fresh) as conn:  # a file without the setting but without languages: safe to upgrade
+        conn.execute("DELETE FROM meta WHERE key = 'language_analysis'")
+    async with SQLiteVectorStore(fresh) as store:
+        assert store._per_language is True
+
+
+async def test_bm25_retriever_passes_the_language_or_the_detected_one() -> None:
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert([Document(id="de", content="Die Häuser am Fluss", metadata={"language": "de"})])
+        assert await BM25Retriever(store=store).retrieve("wie ist das Häuser") == []
+        assert [d.id for d in await BM25Retriever(store=store, language="de").retrieve("Häuser")] == ["de"]
+        detector = WordDetector()
+        assert [d.id for d in await BM25Retriever(store=store, detector=detector).retrieve("wie ist das Häuser")] == ["de"]
+        assert detector.calls == ["wie ist das Häuser"]
+        retrying = RetryingStore(store)  # a wrapper forwarding **kwargs accepts language= too
+        assert [d.id for d in await BM25Retriever(store=retrying, language="de").retrieve("Häuser")] == ["de"]
+
+
+def test_bm25_retriever_refuses_language_for_a_store_without_it() -> None:
+    with pytest.raises(InvalidParameterError, match="language"):
+        BM25Retriever(store=InMemoryStore(), language="de")
+    with pytest.raises(InvalidParameterError, match="language"):
+        BM25Retriever(store=InMemoryStore(), detector=WordDetector())
+    with pytest.raises(InvalidParameterError):
+        BM25Retriever(store=InMemoryStore(), language="not a code")
+    BM25Retriever(store=InMemoryStore())  # without either: any LexicalStore
