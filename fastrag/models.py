@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from fastrag.errors import InvalidParameterError
+
 __all__ = [
     "BRANCHES",
     "CHUNK_INDEX",
@@ -77,7 +79,7 @@ class Document:
             given).
 
     Raises:
-        ValueError: ``id`` is not a non-empty string, ``content`` is not a string, or ``metadata`` is not
+        InvalidParameterError: (a ``ValueError``) ``id`` is not a non-empty string, ``content`` is not a string, or ``metadata`` is not
             a mapping.
 
     Examples:
@@ -94,11 +96,11 @@ class Document:
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"Document.id must be a non-empty string, got {self.id!r}")
+            raise InvalidParameterError(f"Document.id must be a non-empty string, got {self.id!r}")
         if not isinstance(self.content, str):
-            raise ValueError(f"Document.content must be a string, got {type(self.content).__name__}")
+            raise InvalidParameterError(f"Document.content must be a string, got {type(self.content).__name__}")
         if not isinstance(self.metadata, Mapping):
-            raise ValueError(f"Document.metadata must be a mapping, got {type(self.metadata).__name__}")
+            raise InvalidParameterError(f"Document.metadata must be a mapping, got {type(self.metadata).__name__}")
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
 
     @property
