@@ -22,7 +22,9 @@ WORDS = "the a of cat cats dog dogs sat on mat solar panels sunlight energy bm25
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch = pytest.importorskip("torch")  # the cross-encoder extra; installed by the test extra
+    reason = "the cross-encoder extra is not installed: pip install torch==2.13.0 'fastrag[cross-encoder]'"
+    torch = pytest.importorskip("torch", reason=reason)
+    pytest.importorskip("sentence_transformers", reason=reason)
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
     folder = tmp_path_factory.mktemp("tiny-cross-encoder")

@@ -149,7 +149,6 @@ class CohereReranker:
             base_url=base_url,
             httpx_client=self._http,
             timeout=self.timeout,
-            max_retries=0,
             log_warning_experimental_features=False,
         )
         self._closed = False
@@ -212,7 +211,8 @@ class CohereReranker:
         """One ``/v2/rerank`` call; ``[(index within texts, relevance score)]``. Errors become fastrag's."""
         from cohere.core.api_error import ApiError
 
-        options: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout}
+        # No SDK retries (the policy is the only one); "timeout" for cohere 7, "timeout_in_seconds" for 5.
+        options: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout, "timeout_in_seconds": self.timeout}
         kwargs: dict[str, Any] = {}
         if top_n is not None:
             kwargs["top_n"] = top_n
@@ -293,6 +293,8 @@ def _api_error(exc: Any, where: str) -> BackendError:
 def _body_message(body: Any) -> str:
     if isinstance(body, Mapping) and isinstance(body.get("message"), str):
         return body["message"]
+    if isinstance(getattr(body, "message", None), str):  # older SDKs parse the body into a model
+        return body.message
     text = str(body)
     return text if len(text) <= 300 else text[:300] + "..."
 
