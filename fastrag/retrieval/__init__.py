@@ -1,10 +1,13 @@
-"""Retrievers: dense k-NN, BM25, hybrid fusion, path filtering, tenant scoping; results with a status."""
+"""Retrievers: dense k-NN, BM25, hybrid fusion, reranking, language-aware, path filtering, tenant scoping;
+results with a status."""
 
 from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
 from fastrag.retrieval.hybrid import HybridRetriever, default_fusion
+from fastrag.retrieval.language import LanguageAwareRetriever
 from fastrag.retrieval.limits import DEFAULT_LIMITS, MAX_K, MAX_QUERY_CHARS, RetrievalLimits
 from fastrag.retrieval.path_filter import PathFilterRetriever
+from fastrag.retrieval.reranking import RerankingRetriever
 from fastrag.retrieval.result import RetrievalResult, retrieve_result
 from fastrag.retrieval.tenant import TenantScopedRetriever
 from fastrag.retrieval.vector import VectorRetriever
@@ -15,9 +18,11 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "BM25Retriever",
     "HybridRetriever",
+    "LanguageAwareRetriever",
     "PathFilterRetriever",
     "ReciprocalRankFusion",
     "RetrievalLimits",
+    "RerankingRetriever",
     "RetrievalResult",
     "TenantScopedRetriever",
     "VectorRetriever",
