@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 import anyio
 import click
 
-from fastrag.config import MODES, Settings, is_sqlite_url, load_settings, open_embedder, open_stores, sqlite_path
+from fastrag.config import MODES, Settings, load_settings, open_embedder, open_stores
 from fastrag.errors import BackendError, ConfigurationError, FastragError
 from fastrag.models import SOURCE_URI, TITLE, Document
 
@@ -140,10 +140,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 
     async def go() -> list[Document]:
         node = parse_filter(filter_json)
-        path = sqlite_path(settings.store) if is_sqlite_url(settings.store) else ":memory:"
-        if path != ":memory:" and not Path(path).exists():
-            raise BackendError("no index here yet; run `fastrag index PATH` first", store=settings.store)
-        async with open_stores(settings) as (store, lexical):
+        async with open_stores(settings, create=False) as (store, lexical):
             embedder = None
             if settings.mode != "keyword":
                 embedder = open_embedder(settings.embedding_model or store.embedding_model)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from fastrag.errors import ConfigurationError, InvalidParameterError
+from fastrag.errors import BackendUnavailableError, ConfigurationError, InvalidParameterError
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -156,8 +156,9 @@ def sqlite_path(url: str) -> str:
         return path
     scheme = urlparse(url).scheme
     if scheme and len(scheme) > 1:  # a one-letter scheme is a Windows drive
+        known = ", ".join(f"{name}://" for name in _REMOTE_SCHEMES)
         raise ConfigurationError(
-            f"unknown store URL scheme {scheme!r} in {url!r}; supported: sqlite:///PATH or a file path"
+            f"unknown store URL scheme {scheme!r} in {url!r}; supported: sqlite:///PATH, a file path, {known}"
         )
     return url
 
@@ -187,7 +188,9 @@ def is_sqlite_url(url: str) -> bool:
     return scheme == "sqlite" or len(scheme) <= 1
 
 
-def open_store(url: str, *, embedding_model: str | None = None, dimension: int | None = None):  # noqa: ANN201
+def open_store(  # noqa: ANN201
+    url: str, *, embedding_model: str | None = None, dimension: int | None = None, create: bool = True
+):
     """The store a URL names (see the module docstring); the caller opens and closes it.
 
     The store is returned unopened: use it as ``async with open_store(url) as store:``, which opens and
@@ -199,20 +202,28 @@ def open_store(url: str, *, embedding_model: str | None = None, dimension: int |
         embedding_model: the embedder's name, recorded by the store on first use; a store that recorded
             another name refuses to open.
         dimension: the vector width, when known; a store of another width refuses to open.
+        create: create the database, collection or index when it does not exist. ``False`` for reading:
+            a store that does not exist (a typo in a path or collection name) then fails to open with
+            :class:`~fastrag.errors.BackendUnavailableError` instead of answering "no match".
 
     Raises:
         ConfigurationError: unknown scheme, a missing extra, or settings that differ from the store's.
-        BackendUnavailableError: the store cannot be opened.
+        BackendUnavailableError: the store cannot be opened, or does not exist and ``create`` is false.
     """
     scheme = urlparse(url).scheme
     if scheme in _REMOTE_SCHEMES:
         module_name, class_name = _REMOTE_SCHEMES[scheme]
         module = importlib.import_module(module_name)
         options = {k: v for k, v in {"dimension": dimension, "embedding_model": embedding_model}.items() if v is not None}
+        if not create:
+            options["create"] = False
         return getattr(module, class_name).from_url(url, **options)
     from fastrag.vector_store.sqlite import SQLiteVectorStore
 
-    return SQLiteVectorStore(sqlite_path(url), embedding_model=embedding_model, dimension=dimension)
+    path = sqlite_path(url)
+    if not create and path != ":memory:" and not Path(path).is_file():
+        raise BackendUnavailableError("no index here yet; run `fastrag index PATH` first", store=url)
+    return SQLiteVectorStore(path, embedding_model=embedding_model, dimension=dimension)
 
 
 def open_embedder(model: str | None = None):  # noqa: ANN201
@@ -233,21 +244,26 @@ def open_embedder(model: str | None = None):  # noqa: ANN201
 
 
 @asynccontextmanager
-async def open_stores(settings: Settings, *, embedding_model: str | None = None) -> AsyncIterator[tuple[Any, Any]]:
+async def open_stores(
+    settings: Settings, *, embedding_model: str | None = None, create: bool = True
+) -> AsyncIterator[tuple[Any, Any]]:
     """Open ``settings.store`` and, when set, ``settings.lexical_store``; yield ``(store, lexical_store)``.
 
     ``lexical_store`` is the same object as ``store`` when no separate one is configured. Both are closed
-    on exit.
+    on exit. ``create=False`` is for reading: a store that does not exist fails to open (see
+    :func:`open_store`).
 
     Raises:
         ConfigurationError: a URL is invalid, or an extra is missing.
-        BackendUnavailableError: a store cannot be opened.
+        BackendUnavailableError: a store cannot be opened, or does not exist and ``create`` is false.
     """
     async with AsyncExitStack() as stack:
-        store = await stack.enter_async_context(open_store(settings.store, embedding_model=embedding_model))
+        store = await stack.enter_async_context(
+            open_store(settings.store, embedding_model=embedding_model, create=create)
+        )
         lexical = store
         if settings.lexical_store and settings.lexical_store != settings.store:
-            lexical = await stack.enter_async_context(open_store(settings.lexical_store))
+            lexical = await stack.enter_async_context(open_store(settings.lexical_store, create=create))
         yield store, lexical
 
 

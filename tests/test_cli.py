@@ -500,3 +500,29 @@ def test_eval_refuses_a_top_k_below_the_recall_cutoff(tmp_path: Path) -> None:
     result = cli("eval", str(tmp_path), "--top-k", "5")
     assert result.exit_code == 1
     assert "at least 100" in result.output
+
+
+MISSING_STORES = {
+    # a typo in a path or collection name: reading must fail naming the store, never answer "no match"
+    "sqlite": ("sqlite:///typo.db", None),
+    "qdrant-local": ("qdrant+path:///qdrant_typo?collection=docs&bm25=true", "qdrant_client"),
+    "milvus-lite": ("milvus-lite:///milvus_typo.db?collection=docs", "pymilvus"),
+    "chroma-embedded": ("chroma+path:///chroma_typo?collection=docs", "chromadb"),
+    "opensearch": ("opensearch://{opensearch}/typo-index", "opensearchpy"),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(MISSING_STORES))
+def test_search_of_a_store_that_does_not_exist_exits_3_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, request: pytest.FixtureRequest
+) -> None:
+    url, module = MISSING_STORES[backend]
+    if module:
+        pytest.importorskip(module, reason=f"the {backend} extra is not installed")
+    if "{opensearch}" in url:
+        url = url.replace("{opensearch}", request.getfixturevalue("opensearch_emulator").split("://", 1)[1].rstrip("/"))
+    monkeypatch.chdir(tmp_path)
+    result = cli("search", "anything", "--store", url, "--mode", "vector")
+    assert result.exit_code == 3, result.output
+    assert "No documents matched" not in result.output
+    assert "typo" in result.stderr

@@ -54,7 +54,6 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse
@@ -75,6 +74,14 @@ from fastrag.errors import (
 )
 from fastrag.filters import RANGE_OPERATORS, And, Comparison, Filter, FilterLike, Not, Or, parse_date, parse_filter
 from fastrag.models import Document
+from fastrag.vector_store._metadata import epoch_micros, is_number, metadata_json
+from fastrag.vector_store._validation import (
+    check_dimension,
+    check_embeddings,
+    check_k,
+    check_query_vector,
+    check_unique_ids,
+)
 
 __all__ = [
     "DEFAULT_COLLECTION",
@@ -103,8 +110,6 @@ NEVER_WHERE: Mapping[str, Any] = {"fastrag:never": {"$eq": True}}
 _RESERVED_PREFIXES = ("fastrag:", "chroma:", "#", "$")
 _COLLECTION_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9._-]{1,510})[a-zA-Z0-9]$")
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _FLIPPED = {"$gt": "$lte", "$gte": "$lt", "$lt": "$gte", "$lte": "$gt"}
 _RANGE = {"greaterThan": "$gt", "greaterThanOrEquals": "$gte", "lessThan": "$lt", "lessThanOrEquals": "$lte"}
 _INSTALL_HINT = 'ChromaVectorStore needs chromadb: pip install "fastrag[chroma]"'
@@ -144,20 +149,12 @@ def list_key(kind: str, key: str) -> str:
 # ------------------------------------------------------------------------------------------ values
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _as_float(value: int | float) -> float | None:
     """``value`` as a float, or ``None`` for an int beyond the float range."""
     try:
         return float(value)
     except OverflowError:
         return None
-
-
-def _micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // _MICROSECOND
 
 
 def _distinct(values: Iterable[Any]) -> list[Any]:
@@ -194,9 +191,9 @@ def chroma_metadata(metadata: Mapping[str, Any], *, metadata_json: str | None = 
             out[prefix_key(key)] = [value[:i] for i in range(min(len(value), PREFIX_INDEX_LENGTH) + 1)]
             moment = parse_date(value)
             if moment is not None:
-                out[date_key(key)] = _micros(moment)
+                out[date_key(key)] = epoch_micros(moment)
                 dates.append(key)
-        elif _is_number(value):
+        elif is_number(value):
             out[number_key(key)] = _checked_float(key, value)
             numbers.append(key)
             if isinstance(value, float) or _I64_MIN <= value <= _I64_MAX:
@@ -204,7 +201,7 @@ def chroma_metadata(metadata: Mapping[str, Any], *, metadata_json: str | None = 
         elif isinstance(value, list | tuple):
             strings = _distinct(v for v in value if isinstance(v, str))
             bools = _distinct(v for v in value if isinstance(v, bool))
-            floats = _distinct(_checked_float(key, v) for v in value if _is_number(v))
+            floats = _distinct(_checked_float(key, v) for v in value if is_number(v))
             for kind, items in (("str", strings), ("bool", bools), ("num", floats)):
                 if items:
                     out[list_key(kind, key)] = items
@@ -368,7 +365,7 @@ def _leaf(node: Comparison, negate: bool, path: str) -> Where:
 def _membership(key: str, values: Sequence[Any], negate: bool, *, single: bool) -> Where:
     strings = _distinct(v for v in values if isinstance(v, str))
     bools = _distinct(v for v in values if isinstance(v, bool))
-    floats = _distinct(f for v in values if _is_number(v) and (f := _as_float(v)) is not None)
+    floats = _distinct(f for v in values if is_number(v) and (f := _as_float(v)) is not None)
     if single:
         operator = "$ne" if negate else "$eq"
         groups = [(native_key(key), g[0]) for g in (strings, bools) if g]
@@ -382,7 +379,7 @@ def _membership(key: str, values: Sequence[Any], negate: bool, *, single: bool) 
 
 
 def _range(operator: str, key: str, value: Any, negate: bool) -> Where:
-    if _is_number(value):
+    if is_number(value):
         field, kinds = number_key(key), NUMBER_KEYS
         bound: float | int | None = _as_float(value)
         if bound is None:  # an int beyond every float: the range holds for no number or for every number
@@ -395,7 +392,7 @@ def _range(operator: str, key: str, value: Any, negate: bool) -> Where:
         moment = parse_date(value)
         if moment is None:  # unreachable: Comparison validates range bounds
             raise FilterError(f"range bound {value!r} is neither a number nor an ISO-8601 date")
-        field, kinds, bound = date_key(key), DATE_KEYS, _micros(moment)
+        field, kinds, bound = date_key(key), DATE_KEYS, epoch_micros(moment)
     if not negate:
         return {field: {operator: bound}}
     return {"$or": [{field: {_FLIPPED[operator]: bound}}, {kinds: {"$not_contains": key}}]}
@@ -412,19 +409,6 @@ def _chromadb() -> Any:
     except Exception as exc:  # chromadb refuses to load, e.g. on an SQLite older than it needs
         raise ConfigurationError(f"chromadb is installed but failed to import: {exc}") from exc
     return chromadb
-
-
-def _check_k(k: Any, name: str = "k") -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidParameterError(f"{name} must be a positive int, got {k!r}")
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _loop_key() -> int:
@@ -655,6 +639,10 @@ class ChromaVectorStore:
                 self._client = await self._create_client()
             self._is_async = isinstance(self._client, self._chromadb.api.AsyncClientAPI)
             collection = await self._fetch_collection()
+            if collection is None and not self.create:
+                raise BackendUnavailableError(
+                    f"collection {self.collection!r} does not exist (create=False)", store=self.location
+                )
             if collection is None and self.dimension is not None and self.create:
                 collection = await self._create_collection(self.dimension)
             if collection is not None:
@@ -829,16 +817,10 @@ class ChromaVectorStore:
         docs = list(documents)
         if not docs:
             return
-        ids = [d.id for d in docs]
-        if len(set(ids)) != len(ids):
-            raise InvalidParameterError("upsert got the same document id twice in one call")
+        ids = check_unique_ids(docs)
         if embeddings is None:
             raise InvalidParameterError("ChromaVectorStore stores vectors: upsert needs embeddings")
-        matrix = np.asarray(embeddings, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != len(docs) or matrix.shape[1] == 0:
-            raise DimensionMismatchError(f"embeddings must have shape ({len(docs)}, dim), got {matrix.shape}")
-        if not np.isfinite(matrix).all():
-            raise InvalidParameterError("embeddings contain NaN or infinity")
+        matrix = check_embeddings(embeddings, len(docs), dimension=None, store=self.location)  # width: below
         self._check_dimension(matrix.shape[1], "embeddings have")
         metadatas = await anyio.to_thread.run_sync(_prepare_metadata, docs)
         await self._open()
@@ -875,10 +857,7 @@ class ChromaVectorStore:
             self.dimension = int(matrix.shape[1])
 
     def _check_dimension(self, width: int, what: str) -> None:
-        if self.dimension is not None and width != self.dimension:
-            raise DimensionMismatchError(
-                f"{self.location}: {what} dimension {width}, the store holds {self.dimension}"
-            )
+        check_dimension(width, self.dimension, store=self.location, what=what)
 
     async def delete(
         self, *, ids: Sequence[str] | None = None, filter: FilterLike | ChromaWhere | None = None  # noqa: A002
@@ -960,7 +939,7 @@ class ChromaVectorStore:
             BackendError: Chroma failed.
         """
         if limit is not None:
-            _check_k(limit, "limit")
+            check_k(limit, "limit")
         id_list = _id_list(ids)
         where, where_document = self._native(filter)
         if id_list == [] or where == NEVER_WHERE:
@@ -1012,12 +991,10 @@ class ChromaVectorStore:
             FilterError: the filter is malformed; UnsupportedFilterError: Chroma cannot express it.
             BackendUnavailableError: the server cannot be reached; BackendError: Chroma failed.
         """
-        _check_k(k)
-        query = np.asarray(embedding, dtype=np.float32)
-        if query.ndim != 1 or query.shape[0] == 0:
+        check_k(k)
+        query = check_query_vector(embedding, dimension=None, store=self.location)  # width: below
+        if query.shape[0] == 0:
             raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
-        if not np.isfinite(query).all():
-            raise InvalidParameterError("query embedding contains NaN or infinity")
         self._check_dimension(query.shape[0], "query has")
         where, where_document = self._native(filter)
         if where == NEVER_WHERE:
@@ -1061,10 +1038,7 @@ class ChromaVectorStore:
 def _prepare_metadata(docs: list[Document]) -> list[dict[str, Any]]:
     out = []
     for doc in docs:
-        try:
-            text = json.dumps(_plain(doc.metadata), ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidParameterError(f"document {doc.id!r}: metadata must be JSON-serialisable: {exc}") from exc
+        _, text = metadata_json(doc)
         out.append(chroma_metadata(json.loads(text), metadata_json=text))
     return out
 
