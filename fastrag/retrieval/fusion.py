@@ -22,14 +22,14 @@ Rules shared by both:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from numbers import Real
 from typing import Any, Literal, Never, TypeAlias
 
 from fastrag.errors import InvalidParameterError, UnknownParameterError
-from fastrag.models import BRANCHES, RANK, SCORE, Document
+from fastrag.models import SCORE, Document
+from fastrag.retrieval._provenance import finite_score, provenance, with_provenance
 
 __all__ = ["Normalization", "ReciprocalRankFusion", "WeightedScoreFusion", "Weights"]
 
@@ -47,19 +47,6 @@ _Contributions: TypeAlias = tuple[list[float], float]
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool)
-
-
-def _finite_score(doc: Document) -> float | None:
-    value = doc.metadata.get(SCORE)
-    return float(value) if _is_real(value) and math.isfinite(value) else None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _reject_unknown(cls: type, unknown: Mapping[str, Any], known: str) -> None:
@@ -173,11 +160,9 @@ class _Fusion:
             where = positions[doc_id]
             best_name, best_pos = min(where.items(), key=lambda item: (item[1], item[0]))
             source = lists[best_name][best_pos]
-            metadata = {key: v for key, v in source.metadata.items() if key not in (SCORE, RANK, BRANCHES)}
-            metadata[SCORE] = -neg_score + 0.0  # + 0.0 turns -0.0 into 0.0
-            metadata[RANK] = rank
-            metadata[BRANCHES] = {name: _provenance(lists[name][pos], pos) for name, pos in sorted(where.items())}
-            fused.append(dataclasses.replace(source, metadata=metadata))
+            branches = {name: provenance(lists[name][pos], pos) for name, pos in sorted(where.items())}
+            # + 0.0 turns -0.0 into 0.0
+            fused.append(with_provenance(source, score=-neg_score + 0.0, rank=rank, branches=branches))
         return fused
 
     def _contributions(
@@ -194,14 +179,6 @@ def _distinct(docs: Sequence[Document]) -> list[Document]:
             seen.add(doc.id)
             out.append(doc)
     return out
-
-
-def _provenance(doc: Document, pos: int) -> dict[str, Any]:
-    entry: dict[str, Any] = {"score": _finite_score(doc), "rank": pos}
-    nested = doc.metadata.get(BRANCHES)
-    if nested:
-        entry["branches"] = _plain(nested)
-    return entry
 
 
 class ReciprocalRankFusion(_Fusion):
@@ -302,7 +279,7 @@ class WeightedScoreFusion(_Fusion):
         total = math.fsum(weights.values())
         out = {}
         for name, docs in lists.items():
-            values, absent = self._normalise([_finite_score(doc) for doc in docs])
+            values, absent = self._normalise([finite_score(doc.metadata.get(SCORE)) for doc in docs])
             w = weights[name] / total
             out[name] = ([w * v for v in values], w * absent)
         return out

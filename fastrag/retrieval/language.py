@@ -6,7 +6,6 @@ the asker's language over similar results in other languages, but not over much 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from numbers import Real
 from typing import Any
@@ -18,11 +17,12 @@ from fastrag.analysis import primary_language
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.language import ISO_639_1
-from fastrag.models import BRANCHES, LANGUAGE, RANK, SCORE, SOURCE_URI, Document
+from fastrag.models import LANGUAGE, SCORE, SOURCE_URI, Document
 from fastrag.protocols import LanguageDetector, Retriever
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
-from fastrag.retrieval.reranking import FIRST_STAGE, _finite, _provenance
+from fastrag.retrieval._provenance import finite_score, provenance, with_provenance
+from fastrag.retrieval.reranking import FIRST_STAGE
 from fastrag.retrieval.result import ReturnsResult, stage, timed
 
 __all__ = ["LanguageAwareRetriever", "split_locale"]
@@ -172,7 +172,7 @@ class LanguageAwareRetriever(ReturnsResult):
             return []
         with timed("detect"):
             languages = await self._languages(candidates)
-        normalised = _normalised([_finite(d.metadata.get(SCORE)) for d in candidates])
+        normalised = _normalised([finite_score(d.metadata.get(SCORE)) for d in candidates])
         weighted = [
             s if asked is None or lang is None or lang == asked else s * self.other_language_weight
             for s, lang in zip(normalised, languages, strict=True)
@@ -182,13 +182,10 @@ class LanguageAwareRetriever(ReturnsResult):
         out = []
         for rank, (position, score) in enumerate(final[:k]):
             doc = candidates[position]
-            metadata = {key: v for key, v in doc.metadata.items() if key not in (SCORE, RANK, BRANCHES)}
-            metadata[SCORE] = score
-            metadata[RANK] = rank
-            if primary_language(metadata.get(LANGUAGE)) is None:  # a language set on the document is kept as is
-                metadata[LANGUAGE] = languages[position]
-            metadata[BRANCHES] = {FIRST_STAGE: _provenance(doc, position)}
-            out.append(dataclasses.replace(doc, metadata=metadata))
+            # a language set on the document is kept as is
+            extra = {} if primary_language(doc.metadata.get(LANGUAGE)) is not None else {LANGUAGE: languages[position]}
+            branches = {FIRST_STAGE: provenance(doc, position)}
+            out.append(with_provenance(doc, score=score, rank=rank, branches=branches, **extra))
         return out
 
     def _one_translation_per_page(

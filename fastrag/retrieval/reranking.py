@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Mapping
-from numbers import Real
-from typing import Any
 
 from fastrag.errors import InvalidParameterError, RerankerError
 from fastrag.filters import FilterLike, combine_filters
-from fastrag.models import BRANCHES, RANK, SCORE, Document
+from fastrag.models import SCORE, Document
 from fastrag.protocols import Embedder, Reranker, Retriever, VectorStore
+from fastrag.retrieval._provenance import finite_score, provenance, with_provenance
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import ReturnsResult, stage, timed
@@ -132,15 +128,9 @@ class RerankingRetriever(ReturnsResult):
                 raise RerankerError(f"{self.reranker!r} returned document {doc.id!r} twice")
             seen.add(doc.id)
             position, original = candidates[doc.id]
-            score = _finite(doc.metadata.get(SCORE))
-            metadata = {key: value for key, value in doc.metadata.items() if key not in (SCORE, RANK, BRANCHES)}
-            metadata[SCORE] = score
-            metadata[RANK] = rank
-            metadata[BRANCHES] = {
-                FIRST_STAGE: _provenance(original, position),
-                RERANKER: {"score": score, "rank": rank},
-            }
-            out.append(dataclasses.replace(doc, metadata=metadata))
+            score = finite_score(doc.metadata.get(SCORE))
+            branches = {FIRST_STAGE: provenance(original, position), RERANKER: {"score": score, "rank": rank}}
+            out.append(with_provenance(doc, score=score, rank=rank, branches=branches))
         return out
 
     def __repr__(self) -> str:
@@ -150,23 +140,3 @@ class RerankingRetriever(ReturnsResult):
         )
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _provenance(doc: Document, position: int) -> dict[str, Any]:
-    entry: dict[str, Any] = {"score": _finite(doc.metadata.get(SCORE)), "rank": position}
-    nested = doc.metadata.get(BRANCHES)
-    if nested:
-        entry["branches"] = _plain(nested)
-    return entry

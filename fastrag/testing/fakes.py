@@ -24,6 +24,7 @@ import numpy as np
 from fastrag.errors import DimensionMismatchError, InvalidParameterError
 from fastrag.filters import FilterLike, matches, parse_filter
 from fastrag.models import Document
+from fastrag.vector_store._ranking import best_first
 
 __all__ = ["HashingEmbedder", "InMemoryStore"]
 
@@ -129,8 +130,7 @@ class InMemoryStore:
             denominator = query_norm * float(np.linalg.norm(vector))
             score = float(np.dot(query, vector)) / denominator if denominator > 0 else 0.0
             scored.append((score, doc_id))
-        scored.sort(key=lambda item: (-item[0], item[1]))
-        return [self._items[doc_id][0].ranked(score=score, rank=i) for i, (score, doc_id) in enumerate(scored[:k])]
+        return best_first([(score, self._items[doc_id][0]) for score, doc_id in scored], k)
 
     async def search_text(self, query: str, *, k: int, filter: FilterLike | None = None) -> list[Document]:
         """The ``k`` documents with the most term overlap with ``query`` (see the class); none with zero.
@@ -151,8 +151,7 @@ class InMemoryStore:
             if overlap:
                 density = sum(token in terms for token in tokens) / len(tokens)
                 scored.append((overlap + density / 2, doc_id))
-        scored.sort(key=lambda item: (-item[0], item[1]))
-        return [self._items[doc_id][0].ranked(score=score, rank=i) for i, (score, doc_id) in enumerate(scored[:k])]
+        return best_first([(score, self._items[doc_id][0]) for score, doc_id in scored], k)
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:
         """Delete the documents with these ``ids`` that match ``filter`` (either may be omitted).

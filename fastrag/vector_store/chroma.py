@@ -81,6 +81,7 @@ from fastrag.vector_store._validation import (
     check_k,
     check_query_vector,
     check_unique_ids,
+    distinct_ids,
 )
 
 __all__ = [
@@ -878,7 +879,7 @@ class ChromaVectorStore:
         """
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter")
-        id_list = _id_list(ids)
+        id_list = distinct_ids(ids)
         where, where_document = self._native(filter)
         if id_list == [] or where == NEVER_WHERE:
             return 0
@@ -940,7 +941,7 @@ class ChromaVectorStore:
         """
         if limit is not None:
             check_k(limit, "limit")
-        id_list = _id_list(ids)
+        id_list = distinct_ids(ids)
         where, where_document = self._native(filter)
         if id_list == [] or where == NEVER_WHERE:
             return []
@@ -1051,18 +1052,6 @@ def _document(doc_id: str, content: str | None, metadata: Mapping[str, Any] | No
     else:  # a record not written by fastrag: its plain fields
         restored = {k: v for k, v in fields.items() if not k.startswith("fastrag:")}
     return Document(id=doc_id, content=content or "", metadata=restored)
-
-
-def _id_list(ids: Sequence[str] | None) -> list[str] | None:
-    if ids is None:
-        return None
-    if isinstance(ids, str):
-        raise InvalidParameterError("ids must be a sequence of strings, not one string")
-    out = _distinct(ids)
-    for doc_id in out:
-        if not isinstance(doc_id, str):
-            raise InvalidParameterError(f"ids must be strings, got {doc_id!r}")
-    return out
 
 
 def _netloc(host: str) -> str:

@@ -68,7 +68,6 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -88,6 +87,15 @@ from fastrag.errors import (
 )
 from fastrag.filters import RANGE_OPERATORS, And, Comparison, Filter, FilterLike, Not, Or, parse_date, parse_filter
 from fastrag.models import BRANCHES, TITLE, Document
+from fastrag.vector_store._metadata import epoch_micros, metadata_json
+from fastrag.vector_store._ranking import best_first
+from fastrag.vector_store._validation import (
+    check_dimension,
+    check_embeddings,
+    check_k,
+    check_query_vector,
+    check_unique_ids,
+)
 
 if TYPE_CHECKING:
     from fastrag.protocols import Embedder
@@ -237,7 +245,6 @@ def escape_like(value: str, *, prefix: bool) -> str:
 
 # ------------------------------------------------------------------------------ typed filter values
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_DOUBLE = 1.7976931348623157e308
 
 
@@ -250,10 +257,6 @@ def _key_hex(key: str) -> str:
 
 def _path(kind: str, key: str) -> str:
     return f'{FILTER_FIELD}["{kind}_{_key_hex(key)}"]'
-
-
-def _epoch_micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 def _stored_number(value: int | float) -> float:
@@ -285,7 +288,7 @@ def filter_values(metadata: Mapping[str, Any]) -> dict[str, Any]:
             out[f"s_{h}"] = encode_text(value)
             moment = parse_date(value)
             if moment is not None:
-                out[f"d_{h}"] = _epoch_micros(moment)
+                out[f"d_{h}"] = epoch_micros(moment)
         elif isinstance(value, list | tuple):
             strings = [v for v in value if isinstance(v, str)]
             bools = [v for v in value if isinstance(v, bool)]
@@ -365,7 +368,7 @@ def _comparison(node: Comparison) -> str:
             moment = parse_date(value)
             if moment is None:  # unreachable: Comparison validates range values
                 raise UnsupportedFilterError(f"{op} on {value!r}: not a number or an ISO-8601 date")
-            path, literal = _path("d", key), str(_epoch_micros(moment))
+            path, literal = _path("d", key), str(epoch_micros(moment))
         else:
             path, literal = _path("n", key), _number_literal(value)
         return _guard(path, f"{path} {_RANGE_SYMBOLS[op]} {literal}")
@@ -1127,10 +1130,11 @@ class MilvusVectorStore:
         docs = list(documents)
         if not docs:
             return
-        ids = [d.id for d in docs]
-        if len(set(ids)) != len(ids):
-            raise InvalidParameterError("upsert got the same document id twice in one call")
-        matrix = self._check_embeddings(embeddings, len(docs))
+        check_unique_ids(docs)
+        matrix = (
+            None if embeddings is None
+            else check_embeddings(embeddings, len(docs), dimension=self.dimension, store=self.name)
+        )
         rows = [self._row(doc) for doc in docs]
         await self._ensure_collection(None if matrix is None else matrix.shape[1])
         if matrix is not None and not self._has_vectors:
@@ -1154,26 +1158,8 @@ class MilvusVectorStore:
             await self._call("upsert", self.collection, rows[start : start + _UPSERT_BATCH])
             self._unflushed += len(rows[start : start + _UPSERT_BATCH])
 
-    def _check_embeddings(self, embeddings: np.ndarray | None, n: int) -> np.ndarray | None:
-        if embeddings is None:
-            return None
-        matrix = np.asarray(embeddings, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != n or matrix.shape[1] == 0:
-            raise DimensionMismatchError(f"embeddings must have shape ({n}, dim), got {matrix.shape}")
-        if self.dimension is not None and matrix.shape[1] != self.dimension:
-            raise DimensionMismatchError(
-                f"{self.name}: embeddings have dimension {matrix.shape[1]}, the store holds {self.dimension}"
-            )
-        if not np.isfinite(matrix).all():
-            raise InvalidParameterError("embeddings contain NaN or infinity")
-        return matrix
-
     def _row(self, doc: Document) -> dict[str, Any]:
-        try:
-            metadata = _plain(doc.metadata)
-            json.dumps(metadata, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidParameterError(f"document {doc.id!r}: metadata must be JSON-serialisable: {exc}") from exc
+        metadata, _ = metadata_json(doc)
         title = doc.metadata.get(TITLE)
         text = f"{title}\n{doc.content}" if isinstance(title, str) and title else doc.content
         for label, value in (("id", doc.id), ("content", doc.content), ("title + content", text)):
@@ -1309,15 +1295,10 @@ class MilvusVectorStore:
             BackendError: Milvus failed.
         """
         _check_k(k)
-        query = np.asarray(embedding, dtype=np.float32)
-        if query.ndim != 1 or query.shape[0] == 0:
+        query = check_query_vector(embedding, dimension=None, store=self.name)  # the width is checked below
+        if query.shape[0] == 0:
             raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
-        if not np.isfinite(query).all():
-            raise InvalidParameterError("query embedding contains NaN or infinity")
-        if self.dimension is not None and query.shape[0] != self.dimension:
-            raise DimensionMismatchError(
-                f"{self.name}: query has dimension {query.shape[0]}, the store holds {self.dimension}"
-            )
+        check_dimension(query.shape[0], self.dimension, store=self.name, what="query has")
         expression = _and(f"{HAS_VECTOR_FIELD} == true", _native_or_translated(filter))
         if not await self._searchable() or not self._has_vectors:
             return []  # no collection yet, or a BM25-only one: no document has a vector
@@ -1529,13 +1510,11 @@ def _ranked(hits: list[tuple[float, Document]], k: int) -> list[Document]:
     for score, doc in hits:
         if doc.id not in unique:
             unique[doc.id] = (score, doc)
-    ordered = sorted(unique.values(), key=lambda h: (-h[0], h[1].id))[:k]
-    return [doc.ranked(score=score, rank=rank) for rank, (score, doc) in enumerate(ordered)]
+    return best_first(unique.values(), k)
 
 
 def _check_k(k: Any, name: str = "k") -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidParameterError(f"{name} must be a positive int, got {k!r}")
+    check_k(k, name)
     if name == "k" and k > MAX_TOP_K:
         raise InvalidParameterError(f"{name} must be at most {MAX_TOP_K} (Milvus's largest search limit), got {k!r}")
 
@@ -1543,16 +1522,6 @@ def _check_k(k: Any, name: str = "k") -> None:
 def _message(exc: BaseException) -> str:
     message = getattr(exc, "message", None)
     return str(message) if message else (str(exc) or type(exc).__name__)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"non-finite float {value!r}")
-    return value
 
 
 # --------------------------------------------------------------------------------------- retriever

@@ -49,7 +49,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -76,6 +75,16 @@ from fastrag.filters import (
     parse_filter,
 )
 from fastrag.models import Document
+from fastrag.vector_store._metadata import epoch_micros, metadata_json
+from fastrag.vector_store._ranking import best_first
+from fastrag.vector_store._validation import (
+    check_dimension,
+    check_embeddings,
+    check_k,
+    check_query_vector,
+    check_unique_ids,
+    distinct_ids,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -104,8 +113,6 @@ MAX_ID_BYTES = 512
 MAX_RESULT_WINDOW = 10_000
 """OpenSearch's default ``index.max_result_window``: the largest ``k`` one search can return."""
 
-_EPOCH = datetime(1970, 1, 1)
-_MICROSECOND = timedelta(microseconds=1)
 _SAFE_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _HASHED_ID_PREFIX = "~h:"
 _BULK_CHUNK = 500
@@ -140,16 +147,6 @@ def encode_key(key: str) -> str:
 
 def _field(namespace: str, key: str) -> str:
     return f"{namespace}.{encode_key(key)}"
-
-
-def _epoch_micros(moment: datetime) -> int:
-    """Microseconds since 1970-01-01T00:00:00Z of an aware datetime, exactly (no float rounding)."""
-    offset = moment.utcoffset() or timedelta(0)
-    return (moment.replace(tzinfo=None) - _EPOCH - offset) // _MICROSECOND
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _as_double(value: float) -> float:
@@ -323,7 +320,7 @@ def _range(op: str, key: str, value: Any) -> dict[str, Any]:
     if isinstance(value, str):  # validated as an ISO-8601 date by the parser
         moment = parse_date(value)
         assert moment is not None
-        return {"range": {_field("f_date", key): {_RANGE_KEYS[op]: _epoch_micros(moment)}}}
+        return {"range": {_field("f_date", key): {_RANGE_KEYS[op]: epoch_micros(moment)}}}
     clauses = [c for c in (_int_range(op, key, value), _float_range(op, key, value)) if c is not None]
     if not clauses:
         return dict(_MATCH_NONE)
@@ -427,16 +424,12 @@ def document_source(document: Document, embedding: Sequence[float] | None = None
         InvalidParameterError: the metadata is not JSON-serialisable (or holds NaN or infinity), or a string
             value is longer than :data:`MAX_KEYWORD_BYTES` UTF-8 bytes.
     """
-    try:
-        metadata = _plain(document.metadata)
-        metadata_json = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidParameterError(f"document {document.id!r}: metadata must be JSON-serialisable: {exc}") from exc
+    metadata, text = metadata_json(document)
     source: dict[str, Any] = {"id": document.id, "content": document.content}
     title = metadata.get("title")
     if isinstance(title, str) and title:
         source["title"] = title
-    source["metadata_json"] = metadata_json
+    source["metadata_json"] = text
     shadows: dict[str, dict[str, Any]] = {}
     for key, value in metadata.items():
         if key == "":
@@ -453,7 +446,7 @@ def document_source(document: Document, embedding: Sequence[float] | None = None
             continue
         shadows.setdefault(_SCALAR_NS[kind], {})[name] = _shadow_value(kind, value)
         if kind == "str" and (moment := parse_date(value)) is not None:
-            shadows.setdefault("f_date", {})[name] = _epoch_micros(moment)
+            shadows.setdefault("f_date", {})[name] = epoch_micros(moment)
     for ns in _NS_TYPES:
         if ns in shadows:
             source[ns] = shadows[ns]
@@ -495,16 +488,6 @@ def _shadow_value(kind: str, value: Any) -> Any:
     return value
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"non-finite float {value!r}")
-    return value
-
-
 def _opensearch_id(doc_id: str) -> str:
     """The ``_id`` of a document: its id, or ``~h:`` + SHA-256 when that is too long or could collide."""
     if len(doc_id.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES or doc_id.startswith(_HASHED_ID_PREFIX):
@@ -524,11 +507,6 @@ def _import_sdk() -> Any:
             f"OpenSearchVectorStore needs opensearch-py with its async client (aiohttp): {INSTALL_HINT}"
         ) from exc
     return opensearchpy
-
-
-def _check_k(k: Any, name: str = "k") -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidParameterError(f"{name} must be a positive int, got {k!r}")
 
 
 _BAD_INDEX_CHARS = frozenset('\\/*?"<>| ,#:')
@@ -885,9 +863,7 @@ class OpenSearchVectorStore:
         docs = list(documents)
         if not docs:
             return
-        ids = [d.id for d in docs]
-        if len(set(ids)) != len(ids):
-            raise InvalidParameterError("upsert got the same document id twice in one call")
+        check_unique_ids(docs)
         rows = self._vector_rows(embeddings, len(docs))
         sources = [document_source(d, row) for d, row in zip(docs, rows, strict=True)]
         width = None if rows[0] is None else len(rows[0])
@@ -923,17 +899,7 @@ class OpenSearchVectorStore:
     def _vector_rows(self, embeddings: np.ndarray | None, n: int) -> list[list[float] | None]:
         if embeddings is None:
             return [None] * n
-        matrix = np.asarray(embeddings, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != n:
-            raise DimensionMismatchError(f"embeddings must have shape ({n}, dim), got {matrix.shape}")
-        if self.dimension is not None and matrix.shape[1] != self.dimension:
-            raise DimensionMismatchError(
-                f"{self.name}: embeddings have dimension {matrix.shape[1]}, the store holds {self.dimension}"
-            )
-        if matrix.shape[1] == 0:
-            raise DimensionMismatchError("embeddings have dimension 0")
-        if not np.isfinite(matrix).all():
-            raise InvalidParameterError("embeddings contain NaN or infinity")
+        matrix = check_embeddings(embeddings, n, dimension=self.dimension, store=self.name)
         if not np.any(matrix, axis=1).all():
             raise InvalidParameterError("an embedding is all zeros; cosine similarity is undefined for it")
         return matrix.tolist()
@@ -956,7 +922,7 @@ class OpenSearchVectorStore:
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
         native = _native(filter)
-        id_list = _id_list(ids)
+        id_list = distinct_ids(ids)
         if id_list == [] or not await self._ensure_ready(for_write=False):
             return 0
         if id_list is None:
@@ -1019,9 +985,9 @@ class OpenSearchVectorStore:
             BackendUnavailableError / BackendError: OpenSearch failed.
         """
         if limit is not None:
-            _check_k(limit, "limit")
+            check_k(limit, "limit")
         native = _native(filter)
-        id_list = _id_list(ids)
+        id_list = distinct_ids(ids)
         if id_list == [] or not await self._ensure_ready(for_write=False):
             return []
         chunks = [None] if id_list is None else [id_list[i : i + _IDS_CHUNK] for i in range(0, len(id_list), _IDS_CHUNK)]
@@ -1072,7 +1038,7 @@ class OpenSearchVectorStore:
             FilterError: the filter is malformed.
             BackendUnavailableError / BackendError: OpenSearch failed.
         """
-        _check_k(k)
+        check_k(k)
         if not isinstance(query, str):
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         native = _native(filter)
@@ -1108,18 +1074,11 @@ class OpenSearchVectorStore:
             FilterError: the filter is malformed.
             BackendUnavailableError / BackendError: OpenSearch failed.
         """
-        _check_k(k)
-        vector = np.asarray(embedding, dtype=np.float32)
-        if vector.ndim != 1:
-            raise DimensionMismatchError(f"query embedding must have shape (dim,), got {vector.shape}")
-        if not np.isfinite(vector).all():
-            raise InvalidParameterError("query embedding contains NaN or infinity")
+        check_k(k)
+        vector = check_query_vector(embedding, dimension=None, store=self.name)  # the width is checked below
         if not vector.any():
             raise InvalidParameterError("query embedding is all zeros; cosine similarity is undefined for it")
-        if self.dimension is not None and vector.shape[0] != self.dimension:
-            raise DimensionMismatchError(
-                f"{self.name}: query has dimension {vector.shape[0]}, the store holds {self.dimension}"
-            )
+        check_dimension(vector.shape[0], self.dimension, store=self.name, what="query has")
         native = _native(filter)
         if not await self._ensure_ready(for_write=False) or not self._has_vector_field:
             return []
@@ -1147,9 +1106,7 @@ class OpenSearchVectorStore:
         return float(score)
 
     def _ranked(self, hits: list[tuple[float, Mapping[str, Any]]], k: int) -> list[Document]:
-        docs = [(score, self._document(hit)) for score, hit in hits]
-        docs.sort(key=lambda pair: (-pair[0], pair[1].id))
-        return [doc.ranked(score=score, rank=rank) for rank, (score, doc) in enumerate(docs[:k])]
+        return best_first([(score, self._document(hit)) for score, hit in hits], k)
 
     def _document(self, hit: Mapping[str, Any]) -> Document:
         source = hit.get("_source") or {}
@@ -1237,17 +1194,6 @@ def _query(ids: list[str] | None, native: dict[str, Any] | None) -> dict[str, An
     if native is not None:
         clauses.append(native)
     return {"bool": {"filter": clauses}} if clauses else dict(_MATCH_ALL)
-
-
-def _id_list(ids: Sequence[str] | None) -> list[str] | None:
-    if ids is None:
-        return None
-    if isinstance(ids, str):
-        raise InvalidParameterError("ids must be a sequence of strings, not one string")
-    out = list(dict.fromkeys(ids))
-    if not all(isinstance(i, str) for i in out):
-        raise InvalidParameterError("ids must be strings")
-    return out
 
 
 def _refresh_param(refresh: Refresh) -> str:

@@ -57,7 +57,6 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -76,6 +75,8 @@ from fastrag.errors import (
 )
 from fastrag.filters import And, Comparison, Filter, FilterLike, Not, Or, combine_filters, parse_date, parse_filter
 from fastrag.models import BRANCHES, RANK, SCORE, Document
+from fastrag.vector_store._metadata import epoch_micros, is_number
+from fastrag.vector_store._validation import check_embeddings, check_k, check_query_vector, check_unique_ids
 
 if TYPE_CHECKING:
     from qdrant_client import models as qmodels
@@ -110,7 +111,6 @@ BM25_B = 0.75
 _READ_FIELDS = [ID_FIELD, CONTENT_FIELD, METADATA_FIELD]
 _PAGE = 256
 _INT64 = 2**63
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")
 _RANGE_ARG = {"greaterThan": "gt", "greaterThanOrEquals": "gte", "lessThan": "lt", "lessThanOrEquals": "lte"}
 
@@ -142,10 +142,6 @@ def _path(key: str, kind: str) -> str:
     return f"{SHADOW_FIELD}.{_encode_key(key)}.{kind}"
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _number_text(value: int | float) -> str:
     """Canonical decimal form: equal numbers (``2020``, ``2020.0``) give the same string, others differ."""
     if isinstance(value, float):
@@ -156,15 +152,11 @@ def _number_text(value: int | float) -> str:
 def _tag(value: Any) -> str | None:
     if isinstance(value, bool):
         return "b:true" if value else "b:false"
-    if _is_number(value):
+    if is_number(value):
         return "n:" + _number_text(value)
     if isinstance(value, str):
         return "s:" + value
     return None
-
-
-def _epoch_us(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 def shadow_fields(metadata: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -177,14 +169,14 @@ def shadow_fields(metadata: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {}
         if isinstance(value, bool):
             entry["b"] = value
-        elif _is_number(value):
+        elif is_number(value):
             entry["n"] = _number_text(value)
             entry["r"] = float(value)
         elif isinstance(value, str):
             entry["s"] = value
             moment = parse_date(value)
             if moment is not None:
-                entry["t"] = float(_epoch_us(moment))
+                entry["t"] = float(epoch_micros(moment))
         elif isinstance(value, list | tuple):
             tags = list(dict.fromkeys(t for t in map(_tag, value) if t is not None))
             if tags:
@@ -278,14 +270,14 @@ def _never(m: Any) -> Any:
 def _equals(m: Any, key: str, value: Any) -> Any:
     if isinstance(value, bool):
         return m.FieldCondition(key=_path(key, "b"), match=m.MatchValue(value=value))
-    if _is_number(value):
+    if is_number(value):
         return m.FieldCondition(key=_path(key, "n"), match=m.MatchValue(value=_number_text(value)))
     return m.FieldCondition(key=_path(key, "s"), match=m.MatchValue(value=value))
 
 
 def _one_of(m: Any, key: str, values: Sequence[Any]) -> Any:
     strings = list(dict.fromkeys(v for v in values if isinstance(v, str)))
-    numbers = list(dict.fromkeys(_number_text(v) for v in values if _is_number(v)))
+    numbers = list(dict.fromkeys(_number_text(v) for v in values if is_number(v)))
     bools = list(dict.fromkeys(v for v in values if isinstance(v, bool)))
     conditions = []
     if strings:
@@ -313,7 +305,7 @@ def _comparison(m: Any, node: Comparison, path: str) -> Any:
     if op == "notIn":
         return m.Filter(must_not=[_one_of(m, key, value)])
     if op in _RANGE_ARG:
-        if _is_number(value):
+        if is_number(value):
             try:
                 bound = float(value)
             except OverflowError:
@@ -327,7 +319,7 @@ def _comparison(m: Any, node: Comparison, path: str) -> Any:
         moment = parse_date(value)
         if moment is None:  # unreachable: Comparison validates range values
             raise UnsupportedFilterError(f"not a number or a date: {value!r}", path=f"{path}.value")
-        return m.FieldCondition(key=_path(key, "t"), range=m.Range(**{_RANGE_ARG[op]: float(_epoch_us(moment))}))
+        return m.FieldCondition(key=_path(key, "t"), range=m.Range(**{_RANGE_ARG[op]: float(epoch_micros(moment))}))
     if op == "startsWith":
         if value == "":
             return _has_string(m, key)
@@ -788,10 +780,11 @@ class QdrantVectorStore:
         for doc in docs:
             if not isinstance(doc, Document):
                 raise InvalidParameterError(f"upsert takes Document objects, got {type(doc).__name__}")
-        ids = [d.id for d in docs]
-        if len(set(ids)) != len(ids):
-            raise InvalidParameterError("upsert got the same document id twice in one call")
-        matrix = self._check_embeddings(embeddings, len(docs))
+        check_unique_ids(docs)
+        matrix = (
+            None if embeddings is None
+            else check_embeddings(embeddings, len(docs), dimension=self.dimension, store=self.name)
+        )
         # Validation and payload building are CPU work: off the event loop, and before any backend call.
         metadata = await anyio.to_thread.run_sync(lambda: [_plain(dict(d.metadata)) for d in docs])
         await self._ready_for_write(None if matrix is None else matrix.shape[1])
@@ -818,20 +811,6 @@ class QdrantVectorStore:
         title = doc.metadata.get("title")
         text = f"{title}\n{doc.content}" if isinstance(title, str) and title else doc.content
         return self.analyzer.analyze(text)
-
-    def _check_embeddings(self, embeddings: np.ndarray | None, n: int) -> np.ndarray | None:
-        if embeddings is None:
-            return None
-        matrix = np.asarray(embeddings, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != n or matrix.shape[1] == 0:
-            raise DimensionMismatchError(f"embeddings must have shape ({n}, dim), got {matrix.shape}")
-        if self.dimension is not None and matrix.shape[1] != self.dimension:
-            raise DimensionMismatchError(
-                f"{self.name}: embeddings have dimension {matrix.shape[1]}, the store holds {self.dimension}"
-            )
-        if not np.isfinite(matrix).all():
-            raise InvalidParameterError("embeddings contain NaN or infinity")
-        return matrix
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | Any | None = None) -> int:  # noqa: A002
         """Delete documents; return how many were removed.
@@ -901,7 +880,7 @@ class QdrantVectorStore:
         Every matching point is read (paged) and sorted by id here, since Qdrant orders by point id.
         """
         if limit is not None:
-            _check_k(limit, "limit")
+            check_k(limit, "limit")
         qfilter = self._filter(filter, ids)
         if not await self._ready():
             return []
@@ -929,12 +908,12 @@ class QdrantVectorStore:
             FilterError: the filter is malformed; UnsupportedFilterError: it cannot be expressed.
             BackendError: Qdrant failed.
         """
-        _check_k(k)
-        query = _check_query_vector(embedding, self.dimension, self.name)
+        check_k(k)
+        query = check_query_vector(embedding, dimension=self.dimension, store=self.name)
         qfilter = self._filter(filter)
         if not await self._ready() or not self._has_dense:
             return []
-        query = _check_query_vector(query, self.dimension, self.name)
+        query = check_query_vector(query, dimension=self.dimension, store=self.name)
         m = self._models
         if not np.any(query):
             zero = _and(m, qfilter, m.Filter(must=[m.HasVectorCondition(has_vector=DENSE)]))
@@ -962,7 +941,7 @@ class QdrantVectorStore:
             FilterError: the filter is malformed; UnsupportedFilterError: it cannot be expressed.
             BackendError: Qdrant failed.
         """
-        _check_k(k)
+        check_k(k)
         if not isinstance(query, str):
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         qfilter = self._filter(filter)
@@ -1050,8 +1029,8 @@ class QdrantHybridRetriever:
             raise InvalidParameterError(f"store must be a QdrantVectorStore, got {type(store).__name__}")
         if fusion not in ("rrf", "dbsf"):
             raise InvalidParameterError(f"fusion must be 'rrf' or 'dbsf', got {fusion!r}")
-        _check_k(rank_constant, "rank_constant")
-        _check_k(candidate_k, "candidate_k")
+        check_k(rank_constant, "rank_constant")
+        check_k(candidate_k, "candidate_k")
         if weights is not None:
             if fusion != "rrf":
                 raise InvalidParameterError("weights apply to RRF only; Qdrant's DBSF takes none")
@@ -1094,13 +1073,15 @@ class QdrantHybridRetriever:
         """
         if not isinstance(query, str) or not query.strip():
             raise InvalidParameterError("query must be a non-blank string")
-        _check_k(k)
+        check_k(k)
         store, m = self.store, self.store._models
         qfilter = _and(m, store._filter(self.filter), store._filter(filter))
         exists = await store._ready()
         if not store.enable_bm25:
             raise ConfigurationError(f"{store.name}: QdrantHybridRetriever needs a store with enable_bm25=True")
-        embedding = _check_query_vector(await self.embedder.embed_query(query), store.dimension, store.name)
+        embedding = check_query_vector(
+            await self.embedder.embed_query(query), dimension=store.dimension, store=store.name
+        )
         text_query = store._text_query(query)
         if not exists:
             return []
@@ -1158,22 +1139,6 @@ def _document(payload: Mapping[str, Any] | None) -> Document:
     return Document(
         id=payload[ID_FIELD], content=payload.get(CONTENT_FIELD, ""), metadata=payload.get(METADATA_FIELD) or {}
     )
-
-
-def _check_k(k: Any, name: str = "k") -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidParameterError(f"{name} must be a positive int, got {k!r}")
-
-
-def _check_query_vector(embedding: Any, dimension: int | None, store: str) -> np.ndarray:
-    query = np.asarray(embedding, dtype=np.float32)
-    if query.ndim != 1:
-        raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
-    if not np.isfinite(query).all():
-        raise InvalidParameterError("query embedding contains NaN or infinity")
-    if dimension is not None and query.shape[0] != dimension:
-        raise DimensionMismatchError(f"{store}: query has dimension {query.shape[0]}, the store holds {dimension}")
-    return query
 
 
 def _flag(url: str, name: str, value: str) -> bool:

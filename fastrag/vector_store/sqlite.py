@@ -68,6 +68,7 @@ from fastrag.errors import (
 )
 from fastrag.filters import Filter, FilterLike, dump_filter, matches, parse_filter
 from fastrag.models import Document
+from fastrag.vector_store._validation import check_dimension, check_k, check_query_vector, check_unique_ids
 
 __all__ = ["SQLiteVectorStore"]
 
@@ -294,9 +295,7 @@ class SQLiteVectorStore:
         docs = list(documents)
         if not docs:
             return
-        ids = [d.id for d in docs]
-        if len(set(ids)) != len(ids):
-            raise InvalidParameterError("upsert got the same document id twice in one call")
+        check_unique_ids(docs)
         blobs = self._embedding_blobs(embeddings, len(docs))
         try:
             rows = [
@@ -333,10 +332,7 @@ class SQLiteVectorStore:
         matrix = np.asarray(embeddings, dtype=np.float32)
         if matrix.ndim != 2 or matrix.shape[0] != n:
             raise DimensionMismatchError(f"embeddings must have shape ({n}, dim), got {matrix.shape}")
-        if self.dimension is not None and matrix.shape[1] != self.dimension:
-            raise DimensionMismatchError(
-                f"{self.path}: embeddings have dimension {matrix.shape[1]}, the store holds {self.dimension}"
-            )
+        check_dimension(matrix.shape[1], self.dimension, store=self.path, what="embeddings have")
         if not np.isfinite(matrix).all():
             raise InvalidParameterError("embeddings contain NaN or infinity")
         return [row.tobytes() for row in matrix]
@@ -441,7 +437,7 @@ class SQLiteVectorStore:
         where, params = self._where(ids=ids, filter=filter)
         sql = f"SELECT id, content, metadata FROM documents WHERE {where} ORDER BY id"
         if limit is not None:
-            _check_k(limit, "limit")
+            check_k(limit, "limit")
             sql += f" LIMIT {int(limit)}"
         rows = await self._read(lambda: self._conn.execute(sql, params).fetchall())
         return [Document(id=i, content=c, metadata=json.loads(m)) for i, c, m in rows]
@@ -470,7 +466,7 @@ class SQLiteVectorStore:
             FilterError: the filter is malformed.
             BackendError: SQLite failed.
         """
-        _check_k(k)
+        check_k(k)
         if not isinstance(query, str):
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         if language is not None and not isinstance(language, str):
@@ -546,16 +542,8 @@ class SQLiteVectorStore:
             InvalidParameterError: ``k`` is not a positive int, or the vector holds NaN or infinity.
             FilterError: the filter is malformed.
         """
-        _check_k(k)
-        query = np.asarray(embedding, dtype=np.float32)
-        if query.ndim != 1:
-            raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
-        if not np.isfinite(query).all():
-            raise InvalidParameterError("query embedding contains NaN or infinity")
-        if self.dimension is not None and query.shape[0] != self.dimension:
-            raise DimensionMismatchError(
-                f"{self.path}: query has dimension {query.shape[0]}, the store holds {self.dimension}"
-            )
+        check_k(k)
+        query = check_query_vector(embedding, dimension=self.dimension, store=self.path)
         node = parse_filter(filter)
         return await self._read(self._search_vector_sync, query, k, node)
 
@@ -563,10 +551,8 @@ class SQLiteVectorStore:
         matrix, rowids = self._load_matrix()
         if len(rowids) == 0:
             return []
-        if matrix.shape[1] != query.shape[0]:  # the dimension was fixed by another connection's first write
-            raise DimensionMismatchError(
-                f"{self.path}: query has dimension {query.shape[0]}, the store holds {matrix.shape[1]}"
-            )
+        # the dimension may have been fixed by another connection's first write
+        check_dimension(query.shape[0], matrix.shape[1], store=self.path, what="query has")
         if node is not None:
             where, params = self._where(filter=node)
             allowed = np.fromiter(
@@ -623,11 +609,6 @@ def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
         return np.arange(len(scores))
     cut = np.partition(scores, len(scores) - k)[len(scores) - k]
     return np.nonzero(scores >= cut)[0] if np.count_nonzero(scores >= cut) <= 4 * k else np.argpartition(-scores, k)[:k]
-
-
-def _check_k(k: Any, name: str = "k") -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidParameterError(f"{name} must be a positive int, got {k!r}")
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:

@@ -1,0 +1,102 @@
+"""Argument checks the vector store adapters share: ``k``, embedding matrices and query vectors.
+
+Each runs before any backend call, so a bad argument never reaches a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fastrag.errors import DimensionMismatchError, InvalidParameterError
+from fastrag.models import Document
+from fastrag.retrieval._validation import check_positive_int
+
+
+def check_k(k: Any, name: str = "k") -> int:
+    """Return ``k`` if it is an int > 0 (bools rejected).
+
+    Raises:
+        InvalidParameterError: otherwise (``"<name> must be a positive int, got ..."``).
+    """
+    return check_positive_int(k, name)
+
+
+def check_dimension(width: int, dimension: int | None, *, store: str, what: str) -> None:
+    """Check a vector width against the store's ``dimension`` (``None``: not fixed yet, anything goes).
+
+    Args:
+        width: the width of the vectors given.
+        dimension: the store's dimension, or ``None`` before its first vector.
+        store: how the message names the store (its name, path or location).
+        what: the subject of the message, ``"embeddings have"`` or ``"query has"``.
+
+    Raises:
+        DimensionMismatchError: ``"<store>: <what> dimension <width>, the store holds <dimension>"``.
+    """
+    if dimension is not None and width != dimension:
+        raise DimensionMismatchError(f"{store}: {what} dimension {width}, the store holds {dimension}")
+
+
+def check_embeddings(embeddings: Any, n: int, *, dimension: int | None, store: str) -> np.ndarray:
+    """Return ``embeddings`` as an ``(n, dim)`` float32 matrix, ``dim > 0``, all finite, fitting ``dimension``.
+
+    Raises:
+        DimensionMismatchError: not two-dimensional, not ``n`` rows, zero columns, or a width other than
+            ``dimension``.
+        InvalidParameterError: a value is NaN or infinity.
+    """
+    matrix = np.asarray(embeddings, dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape[0] != n or matrix.shape[1] == 0:
+        raise DimensionMismatchError(f"embeddings must have shape ({n}, dim), got {matrix.shape}")
+    check_dimension(matrix.shape[1], dimension, store=store, what="embeddings have")
+    if not np.isfinite(matrix).all():
+        raise InvalidParameterError("embeddings contain NaN or infinity")
+    return matrix
+
+
+def check_query_vector(embedding: Any, *, dimension: int | None, store: str) -> np.ndarray:
+    """Return ``embedding`` as a ``(dim,)`` float32 vector, all finite, fitting ``dimension``.
+
+    Raises:
+        DimensionMismatchError: not one-dimensional, or a width other than ``dimension``.
+        InvalidParameterError: a value is NaN or infinity.
+    """
+    query = np.asarray(embedding, dtype=np.float32)
+    if query.ndim != 1:
+        raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
+    if not np.isfinite(query).all():
+        raise InvalidParameterError("query embedding contains NaN or infinity")
+    check_dimension(query.shape[0], dimension, store=store, what="query has")
+    return query
+
+
+def check_unique_ids(documents: Sequence[Document]) -> list[str]:
+    """Return the ids of ``documents`` (one ``upsert`` call's), in order.
+
+    Raises:
+        InvalidParameterError: an id repeats.
+    """
+    ids = [d.id for d in documents]
+    if len(set(ids)) != len(ids):
+        raise InvalidParameterError("upsert got the same document id twice in one call")
+    return ids
+
+
+def distinct_ids(ids: Sequence[str] | None) -> list[str] | None:
+    """``ids`` without repeats, in first-seen order (``None`` stays ``None``: no restriction by id).
+
+    Raises:
+        InvalidParameterError: ``ids`` is a single string, or holds something other than strings.
+    """
+    if ids is None:
+        return None
+    if isinstance(ids, str):
+        raise InvalidParameterError("ids must be a sequence of strings, not one string")
+    out = list(dict.fromkeys(ids))
+    for doc_id in out:
+        if not isinstance(doc_id, str):
+            raise InvalidParameterError(f"ids must be strings, got {doc_id!r}")
+    return out
