@@ -254,10 +254,23 @@ async def test_bm25_scores_are_meaningful_on_a_tiny_store():
 
 
 @pytest.mark.anyio
-async def test_zero_query_vector_returns_nothing():
+async def test_a_question_the_model_cannot_embed_has_no_dense_hits_and_bm25_decides():
+    """An all-out-of-vocabulary question embeds to zero: no arbitrary neighbours flood the hybrid result."""
+    from fastrag.retrieval import BM25Retriever, HybridRetriever, VectorRetriever
+
+    class ZeroEmbedder:
+        name, dimension = "zero", 4
+
+        async def embed_query(self, text):
+            return np.zeros(4, dtype=np.float32)
+
+    docs = [Document(id="a", content="向量检索"), Document(id="b", content="unrelated text")]
     async with SQLiteVectorStore() as store:
-        await store.upsert([Document(id="a", content="x")], embeddings=np.ones((1, 4), dtype=np.float32))
-        assert await store.search_vector(np.zeros(4, dtype=np.float32), k=3) == []
+        await store.upsert(docs, embeddings=np.eye(2, 4, dtype=np.float32))
+        vector = VectorRetriever(vector_store=store, embedder=ZeroEmbedder())
+        assert await vector.retrieve("检索", k=3) == []
+        hybrid = HybridRetriever([vector, BM25Retriever(store=store)])
+        assert [d.id for d in await hybrid.retrieve("检索", k=3)] == ["a"]
 
 
 @pytest.mark.anyio

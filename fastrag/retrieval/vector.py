@@ -56,12 +56,20 @@ class VectorRetriever(ReturnsResult):
         self.limits = limits
 
     async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
-        """Up to ``k`` documents nearest to ``query``, best first, matching both filters."""
+        """Up to ``k`` documents nearest to ``query``, best first, matching both filters.
+
+        A question that embeds to the zero vector (none of its words is in the model's vocabulary) has
+        no dense neighbours: the result is empty, and in a hybrid the other branches decide.
+        """
         check_query(query, self.limits)
         check_k(k, self.limits)
         node = combine_filters(self.filter, filter)
         with timed("embed"):
             embedding = self._checked(await self.embedder.embed_query(query))
+        if not embedding.any():
+            # every word of the question is outside the model's vocabulary: it has no dense neighbours
+            # (stores refuse an all-zero query, whose cosine with anything is undefined)
+            return []
         with timed("search"):
             return await self.vector_store.search_vector(embedding, k=k, filter=node)
 

@@ -244,6 +244,16 @@ class StoreContract:
             assert await store.count() == 5
 
     @pytest.mark.anyio
+    async def test_all_zero_query_vector_is_refused(self, store_factory) -> None:  # noqa: ANN001
+        """Cosine with a zero vector is undefined: every store refuses it rather than answer arbitrarily."""
+        if not self.supports_vectors:
+            pytest.skip("store has no vectors")
+        async with store_factory() as store:
+            await store.upsert(KNN_DOCS, embeddings=KNN_VECTORS)
+            with pytest.raises(InvalidParameterError):
+                await store.search_vector(np.zeros(4, dtype=np.float32), k=3)
+
+    @pytest.mark.anyio
     @pytest.mark.parametrize("k", [0, -1, 1.5, True])
     async def test_invalid_k_is_rejected(self, store_factory, k: Any) -> None:  # noqa: ANN001
         async with store_factory() as store:

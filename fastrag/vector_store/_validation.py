@@ -58,17 +58,23 @@ def check_embeddings(embeddings: Any, n: int, *, dimension: int | None, store: s
 
 
 def check_query_vector(embedding: Any, *, dimension: int | None, store: str) -> np.ndarray:
-    """Return ``embedding`` as a ``(dim,)`` float32 vector, all finite, fitting ``dimension``.
+    """Return ``embedding`` as a ``(dim,)`` float32 vector, all finite, not all zeros, fitting ``dimension``.
+
+    Every store refuses an all-zero query: its cosine with anything is undefined, and answering with
+    arbitrary neighbours (or with nothing) would hide the problem. ``VectorRetriever`` never sends one: a
+    question whose words the model does not know embeds to zero, and it returns no dense hits for it.
 
     Raises:
         DimensionMismatchError: not one-dimensional, or a width other than ``dimension``.
-        InvalidParameterError: a value is NaN or infinity.
+        InvalidParameterError: a value is NaN or infinity, or every value is zero.
     """
     query = np.asarray(embedding, dtype=np.float32)
     if query.ndim != 1:
         raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
     if not np.isfinite(query).all():
         raise InvalidParameterError("query embedding contains NaN or infinity")
+    if query.size and not query.any():
+        raise InvalidParameterError("query embedding is all zeros; cosine similarity is undefined")
     check_dimension(query.shape[0], dimension, store=store, what="query has")
     return query
 

@@ -534,8 +534,7 @@ class SQLiteVectorStore:
 
         Returns:
             Copies best first, ``score`` = cosine similarity in [-1, 1] (higher is better), zero-based
-            ``rank``; ties are broken by id. Documents stored without a vector are never returned, and a
-            zero query vector (all of its words out of the model's vocabulary) returns nothing.
+            ``rank``; ties are broken by id. Documents stored without a vector are never returned.
 
         Raises:
             DimensionMismatchError: the vector's width differs from the store's.
@@ -564,8 +563,6 @@ class SQLiteVectorStore:
             if len(rowids) == 0:
                 return []
         norm = float(np.linalg.norm(query))
-        if norm == 0:
-            return []  # a zero vector (e.g. a query of out-of-vocabulary words) is similar to nothing
         return self._ranked_rows(matrix @ (query / norm), rowids, k)
 
     def _ranked_rows(self, scores: np.ndarray, rowids: np.ndarray, k: int) -> list[Document]:
