@@ -20,6 +20,8 @@ a backend SDK type.
         ├── BackendUnavailableError            the store cannot be reached or opened
         ├── AuthenticationError                the credentials were refused (HTTP 401, 403)
         └── TransientBackendError              may succeed if retried: connection reset, timeout, 429, 503
+            ├── BackendTemporarilyUnavailableError   unreachable, timed out or 502/503/504 during a request
+            │                                        (also a BackendUnavailableError)
             ├── RateLimitError                 the backend said too many requests (HTTP 429)
             └── RetrievalTimeoutError          a retrieval stage, branch or request ran past its timeout
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 __all__ = [
     "AuthenticationError",
     "BackendError",
+    "BackendTemporarilyUnavailableError",
     "BackendUnavailableError",
     "ConfigurationError",
     "DimensionMismatchError",
@@ -143,6 +146,15 @@ class TransientBackendError(BackendError):
     def __init__(self, message: str, *, store: str | None = None, retry_after: float | None = None) -> None:
         super().__init__(message, store=store)
         self.retry_after = retry_after
+
+
+class BackendTemporarilyUnavailableError(TransientBackendError, BackendUnavailableError):
+    """The store could not be reached or did not answer in time (connection refused or reset, timeout,
+    HTTP 502/503/504) during a request: unavailable now, and worth retrying.
+
+    Both a :class:`TransientBackendError` (so :class:`~fastrag.retry.RetryPolicy` retries it) and a
+    :class:`BackendUnavailableError` (so code that handles "the store is down" still catches it).
+    """
 
 
 class RateLimitError(TransientBackendError):

@@ -36,11 +36,13 @@ import pytest
 
 from fastrag.errors import (
     BackendError,
+    BackendTemporarilyUnavailableError,
     BackendUnavailableError,
     ConfigurationError,
     DimensionMismatchError,
     FilterError,
     InvalidParameterError,
+    RateLimitError,
 )
 from fastrag.models import Document
 from fastrag.testing.filter_cases import FILTER_CASES, FILTER_CORPUS
@@ -585,7 +587,7 @@ async def test_bad_input_is_rejected_before_any_request(call) -> None:  # noqa: 
 @pytest.mark.anyio
 @pytest.mark.parametrize(("status", "error"), [
     (400, BackendError), (500, BackendError), (401, BackendUnavailableError), (403, BackendUnavailableError),
-    (503, BackendUnavailableError),
+    (503, BackendTemporarilyUnavailableError), (502, BackendTemporarilyUnavailableError), (429, RateLimitError),
 ])
 async def test_http_errors_map_to_fastrag_errors(status: int, error: type) -> None:
     def respond(method: str, url: str, params: dict, body: Any) -> tuple[int, Any]:

@@ -64,6 +64,7 @@ import numpy as np
 
 from fastrag.errors import (
     BackendError,
+    BackendTemporarilyUnavailableError,
     BackendUnavailableError,
     ConfigurationError,
     DimensionMismatchError,
@@ -1078,7 +1079,7 @@ def _mapped(exc: BaseException, store: str, what: str) -> BackendError:
     """Our error for a Chroma SDK exception raised while doing ``what``."""
     text = str(exc) or type(exc).__name__
     if isinstance(exc, TimeoutError | httpx.TransportError | ConnectionError) or "Could not connect" in text:
-        return BackendUnavailableError(f"cannot reach the Chroma server ({what}): {text}", store=store)
+        return BackendTemporarilyUnavailableError(f"cannot reach the Chroma server ({what}): {text}", store=store)
     return BackendError(f"Chroma failed ({what}): {text}", store=store)
 
 

@@ -78,6 +78,7 @@ import numpy as np
 
 from fastrag.errors import (
     BackendError,
+    BackendTemporarilyUnavailableError,
     BackendUnavailableError,
     ConfigurationError,
     DimensionMismatchError,
@@ -874,7 +875,7 @@ class MilvusVectorStore:
                 return await getattr(self._client, method)(*args, **kwargs)
             return await anyio.to_thread.run_sync(partial(getattr(self._client, method), *args, **kwargs))
         except _sdk_errors() as exc:
-            kind = BackendUnavailableError if _is_unavailable(exc) else BackendError
+            kind = BackendTemporarilyUnavailableError if _is_unavailable(exc) else BackendError
             raise kind(f"Milvus {method} failed: {_message(exc)}", store=self.name) from exc
 
     # ------------------------------------------------------------------ schema

@@ -57,11 +57,13 @@ import numpy as np
 
 from fastrag.errors import (
     BackendError,
+    BackendTemporarilyUnavailableError,
     BackendUnavailableError,
     ConfigurationError,
     DimensionMismatchError,
     FilterError,
     InvalidParameterError,
+    RateLimitError,
 )
 from fastrag.filters import (
     RANGE_OPERATORS,
@@ -739,11 +741,17 @@ class OpenSearchVectorStore:
         try:
             return await fn(**kwargs)
         except exceptions.ConnectionError as exc:  # includes ConnectionTimeout and SSLError
-            raise BackendUnavailableError(f"cannot reach OpenSearch ({what}): {_describe(exc)}", store=self.name) from exc
+            raise BackendTemporarilyUnavailableError(
+                f"cannot reach OpenSearch ({what}): {_describe(exc)}", store=self.name
+            ) from exc
         except exceptions.TransportError as exc:
             status = exc.status_code if isinstance(exc.status_code, int) else None
             message = f"{what} failed: HTTP {status} {_describe(exc)}"
-            if status in (401, 403, 502, 503, 504):
+            if status in (502, 503, 504):
+                raise BackendTemporarilyUnavailableError(message, store=self.name) from exc
+            if status == 429:
+                raise RateLimitError(message, store=self.name) from exc
+            if status in (401, 403):
                 raise BackendUnavailableError(message, store=self.name) from exc
             if status == 404 and _error_type(exc) == "index_not_found_exception":
                 raise BackendUnavailableError(f"index {self.index!r} does not exist ({what})", store=self.name) from exc

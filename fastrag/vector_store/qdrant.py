@@ -66,11 +66,13 @@ import numpy as np
 from fastrag.analysis import Analyzer
 from fastrag.errors import (
     BackendError,
+    BackendTemporarilyUnavailableError,
     BackendUnavailableError,
     ConfigurationError,
     DimensionMismatchError,
     FastragError,
     InvalidParameterError,
+    RateLimitError,
     UnsupportedFilterError,
 )
 from fastrag.filters import And, Comparison, Filter, FilterLike, Not, Or, combine_filters, parse_date, parse_filter
@@ -376,6 +378,16 @@ def _is_unavailable(exc: BaseException) -> bool:
     return False
 
 
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from a response's ``Retry-After`` header (delta-seconds form), if it has one."""
+    headers = getattr(exc, "headers", None) or {}
+    try:
+        value = float(headers.get("retry-after") or headers.get("Retry-After"))
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
 def _describe(exc: BaseException) -> str:
     source = getattr(exc, "source", None)  # ResponseHandlingException wraps the transport error
     inner = source if isinstance(source, BaseException) else exc
@@ -621,8 +633,12 @@ class QdrantVectorStore:
         except FastragError:
             raise
         except Exception as exc:
-            error = BackendUnavailableError if _is_unavailable(exc) else BackendError
-            raise error(f"{method} failed: {_describe(exc)}", store=self.name) from exc
+            if _is_unavailable(exc):
+                raise BackendTemporarilyUnavailableError(f"{method} failed: {_describe(exc)}", store=self.name) from exc
+            if getattr(exc, "status_code", None) == 429:
+                raise RateLimitError(f"{method} failed: {_describe(exc)}", store=self.name,
+                                     retry_after=_retry_after(exc)) from exc
+            raise BackendError(f"{method} failed: {_describe(exc)}", store=self.name) from exc
 
     def _locked(self, call: Callable[[], Any]) -> Any:
         with self._lock:
