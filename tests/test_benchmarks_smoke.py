@@ -1,0 +1,77 @@
+"""The benchmark scripts still run: quality.py and speed.py on a tiny slice (``--smoke``), tables well formed.
+
+No timing is asserted (timing belongs in the benchmarks themselves); this only keeps the scripts from
+rotting. The slice: 200 SciFact documents (plus those judged for the queries), 20 queries, the shipped
+static model, the SQLite store, no peers; a synthetic corpus of 2,000 chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASETS = ROOT.parent / "shared" / "datasets"
+
+pytestmark = pytest.mark.skipif(not (DATASETS / "scifact").is_dir(), reason="needs ../shared/datasets/scifact")
+
+
+def _run(script: str, out: Path) -> str:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out.read_text()
+
+
+def _table_rows(markdown: str, header_start: str) -> list[list[str]]:
+    """The body rows of the first markdown table whose header line starts with ``header_start``."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    header = lines[start]
+    assert set(lines[start + 1].replace("|", "").strip()) <= {"-", " "}
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == header.count("|") - 1, line
+        rows.append(cells)
+    assert rows
+    return rows
+
+
+def test_quality_smoke(tmp_path: Path) -> None:
+    text = _run("quality.py", tmp_path / "quality.md")
+    rows = _table_rows(text, "| dataset | system | run |")
+    runs = {r[2] for r in rows}
+    assert "bm25 (SQLite)" in runs and "dense:static" in runs
+    assert any(r.startswith("hybrid:static (shipped default") for r in runs)
+    for r in rows:
+        ndcg, recall = float(r[3]), float(r[4])
+        assert 0.0 <= ndcg <= 1.0 and 0.0 <= recall <= 1.0
+    bm25 = next(r for r in rows if r[2] == "bm25 (SQLite)")
+    assert float(bm25[3]) > 0.3  # the slice is easy: a broken BM25 would score near 0
+    data = json.loads((tmp_path / "quality.json").read_text())
+    assert len(data) == len(rows)
+
+
+def test_speed_smoke(tmp_path: Path) -> None:
+    text = _run("speed.py", tmp_path / "speed.md")
+    rows = _table_rows(text, "| corpus | docs |")
+    assert [r[0] for r in rows] == ["scifact", "synthetic"]
+    assert rows[1][1] == "2,000"
+    ratios = _table_rows(text, "| corpus | BM25: fastrag / direct")
+    assert len(ratios) == 2
+    for r in ratios:  # share of queries where fastrag returned the direct baseline's top 10, in order
+        assert all(part.strip().endswith("%") for part in r[5].split("/"))
+    data = json.loads((tmp_path / "speed.json").read_text())
+    assert {d["corpus"] for d in data} == {"scifact", "synthetic"}
+    assert all(d["peak_rss_mb"] > 0 and d["ingest_docs_per_s"] > 0 for d in data)
