@@ -138,12 +138,13 @@ class Document:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: ``{"id", "content", "metadata"}``."""
-        return {"id": self.id, "content": self.content, "metadata": _plain(self.metadata)}
+        return {"id": self.id, "content": self.content, "metadata": plain_value(self.metadata)}
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """A copy of a metadata value with mappings as dicts and tuples as lists (read-only views unwrapped)."""
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     return value

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
-from fastrag.models import BRANCHES, RANK, SCORE, Document
+from fastrag.models import BRANCHES, RANK, SCORE, Document, plain_value
 
 
 def finite_score(value: Any) -> float | None:
@@ -25,7 +25,7 @@ def provenance(doc: Document, position: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"score": finite_score(doc.metadata.get(SCORE)), "rank": position}
     nested = doc.metadata.get(BRANCHES)
     if nested:
-        entry["branches"] = _plain(nested)
+        entry["branches"] = plain_value(nested)
     return entry
 
 
@@ -39,11 +39,3 @@ def with_provenance(doc: Document, *, score: float | None, rank: int, branches: 
     metadata.update(extra)
     metadata[BRANCHES] = branches
     return dataclasses.replace(doc, metadata=metadata)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value

@@ -68,6 +68,7 @@ from fastrag.errors import (
 )
 from fastrag.filters import Filter, FilterLike, dump_filter, matches, parse_filter
 from fastrag.models import Document
+from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import check_dimension, check_k, check_query_vector, check_unique_ids
 
 __all__ = ["SQLiteVectorStore"]
@@ -299,13 +300,11 @@ class SQLiteVectorStore:
         blobs = self._embedding_blobs(embeddings, len(docs))
         try:
             rows = [
-                (d.id, d.content, json.dumps(_plain(d.metadata), ensure_ascii=False, allow_nan=False), blob)
+                (d.id, d.content, metadata_json(d)[1], blob)
                 for d, blob in zip(docs, blobs, strict=True)
             ]
         except RecursionError as exc:
             raise InvalidParameterError("document metadata nests too deeply to store") from exc
-        except (TypeError, ValueError) as exc:
-            raise InvalidParameterError(f"document metadata must be JSON-serialisable: {exc}") from exc
         for doc_id, content, metadata, _ in rows:
             try:
                 doc_id.encode("utf-8"), content.encode("utf-8"), metadata.encode("utf-8")
@@ -610,13 +609,3 @@ def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"non-finite float {value!r}")
-    return value
