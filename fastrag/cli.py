@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 import anyio
 import click
 
-from fastrag.config import MODES, Settings, load_settings, open_embedder, open_stores
+from fastrag.config import MODES, RERANKERS, Settings, load_settings, open_embedder, open_reranker, open_stores
 from fastrag.errors import BackendError, ConfigurationError, FastragError
 from fastrag.models import SOURCE_URI, TITLE, Document
 
@@ -128,9 +128,18 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chu
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
+@click.option("--rerank", type=click.Choice(("none", *RERANKERS)), default="none", show_default=True,
+              help="Rerank --candidate-k first-stage candidates: bi-encoder cosine (embedder), a local "
+                   "cross-encoder, or Cohere's rerank API (key from CO_API_KEY).")
+@click.option("--rerank-model",
+              help="embedder: a Model2Vec model (default: the store's); cross-encoder: a local model folder "
+                   "(required); cohere: the model (default rerank-v3.5).")
+@click.option("--candidate-k", default=40, show_default=True, type=click.IntRange(min=1),
+              help="First-stage candidates the reranker reads (with --rerank).")
 def search(query: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
            include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
-           as_json: bool, lexical_store_url: str | None) -> None:
+           as_json: bool, lexical_store_url: str | None, rerank: str, rerank_model: str | None,
+           candidate_k: int) -> None:
     """Search the index for QUERY and print the best documents."""
     from fastrag.config import build_retriever
     from fastrag.filters import parse_filter
@@ -156,14 +165,22 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
                     retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None,
                     path_filter=path_filter,
                 )
-                return await retriever.retrieve(query, k=top_k, filter=node)
+                if rerank == "none":
+                    return await retriever.retrieve(query, k=top_k, filter=node)
+                from fastrag.retrieval.reranking import RerankingRetriever
+
+                embedding_model = settings.embedding_model or store.embedding_model
+                async with open_reranker(rerank, rerank_model, embedding_model=embedding_model) as reranker:
+                    reranking = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=candidate_k)
+                    return await reranking.retrieve(query, k=top_k, filter=node)
             finally:
                 if embedder is not None:
                     await embedder.aclose()
 
     hits = _run(go, settings.store)
     if as_json:
-        click.echo(json.dumps({"query": query, "mode": settings.mode, "documents": [d.to_dict() for d in hits]},
+        click.echo(json.dumps({"query": query, "mode": settings.mode, "rerank": rerank,
+                               "documents": [d.to_dict() for d in hits]},
                               ensure_ascii=False, indent=2))
         return
     if not hits:

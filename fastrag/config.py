@@ -55,6 +55,7 @@ __all__ = [
     "open_stores",
     "load_settings",
     "open_embedder",
+    "open_reranker",
     "open_store",
 ]
 
@@ -241,6 +242,43 @@ def open_embedder(model: str | None = None):  # noqa: ANN201
     if model is None or model == DEFAULT_MODEL.name:
         return Model2VecEmbedder(DEFAULT_MODEL)
     return Model2VecEmbedder(model)
+
+
+RERANKERS = ("embedder", "cross-encoder", "cohere")
+"""The reranker kinds :func:`open_reranker` builds (and ``--rerank`` accepts, besides ``none``)."""
+
+
+@asynccontextmanager
+async def open_reranker(kind: str, model: str | None = None, *, embedding_model: str | None = None) -> AsyncIterator[Any]:
+    """Open the reranker ``kind`` names; yield it, and close it (and any model it loaded) on exit.
+
+    Args:
+        kind: ``"embedder"``: bi-encoder cosine (:class:`~fastrag.rerankers.EmbedderReranker`) with the Model2Vec
+            model ``model`` (default: ``embedding_model``, else the shipped one); ``"cross-encoder"``:
+            :class:`~fastrag.rerankers.CrossEncoderReranker` over the local model folder ``model`` (required;
+            nothing is downloaded); ``"cohere"``: :class:`~fastrag.rerankers.CohereReranker` with the model
+            ``model`` (default ``rerank-v3.5``; key and base URL from the environment, as the class documents).
+        model: the reranker's model, as above.
+        embedding_model: the retrieval embedder's model, the ``"embedder"`` default.
+
+    Raises:
+        ConfigurationError: an unknown ``kind``; ``"cross-encoder"`` without ``model``; a missing extra or key.
+    """
+    if kind not in RERANKERS:
+        raise ConfigurationError(f"unknown reranker {kind!r}; expected one of {', '.join(RERANKERS)}")
+    from fastrag.rerankers import CohereReranker, CrossEncoderReranker, EmbedderReranker
+
+    if kind == "embedder":
+        async with open_embedder(model or embedding_model) as embedder:
+            yield EmbedderReranker(embedder)
+    elif kind == "cross-encoder":
+        if not model:
+            raise ConfigurationError("the cross-encoder reranker needs a model: a local cross-encoder model folder")
+        async with CrossEncoderReranker(model) as reranker:
+            yield reranker
+    else:
+        async with CohereReranker(model or "rerank-v3.5") as reranker:
+            yield reranker
 
 
 @asynccontextmanager

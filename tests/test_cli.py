@@ -188,8 +188,8 @@ def test_vector_mode_finds_a_file_by_meaning_without_a_shared_word(in_index: Pat
 
 def test_search_json_has_the_documented_shape(in_index: Path) -> None:
     payload = search_json("field report", "--mode", "keyword", "--top-k", "3")
-    assert set(payload) == {"query", "mode", "documents"}
-    assert payload["query"] == "field report" and payload["mode"] == "keyword"
+    assert set(payload) == {"query", "mode", "rerank", "documents"}
+    assert payload["query"] == "field report" and payload["mode"] == "keyword" and payload["rerank"] == "none"
     docs = payload["documents"]
     assert len(docs) == 3
     for doc in docs:
@@ -210,6 +210,43 @@ def test_hybrid_json_records_both_branches(in_index: Path) -> None:
     assert top["metadata"]["source_uri"] == "notes/volcano.html"
     assert set(top["metadata"]["branches"]) == {"bm25", "vector"}
     assert top["metadata"]["branches"]["bm25"]["rank"] == 0
+
+
+def test_search_rerank_embedder_matches_the_library_and_keeps_both_stages(in_index: Path) -> None:
+    payload = search_json("field report pelican", "--mode", "keyword", "--rerank", "embedder", "--candidate-k", "4",
+                          "--top-k", "3")
+    assert payload["rerank"] == "embedder"
+    docs = payload["documents"]
+    for doc in docs:
+        assert set(doc["metadata"]["branches"]) == {"first_stage", "reranker"}
+        assert doc["metadata"]["score"] == doc["metadata"]["branches"]["reranker"]["score"]
+
+    async def library() -> list[str]:  # the same pipeline built by hand from the public API
+        from fastrag.config import open_embedder
+        from fastrag.rerankers import EmbedderReranker
+        from fastrag.retrieval import BM25Retriever, RerankingRetriever
+        from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+        async with SQLiteVectorStore(".fastrag/fastrag.db") as store, open_embedder() as embedder:
+            retriever = RerankingRetriever(retriever=BM25Retriever(store=store), reranker=EmbedderReranker(embedder),
+                                           candidate_k=4)
+            return [d.id for d in await retriever.retrieve("field report pelican", k=3)]
+
+    import anyio
+
+    assert [d["id"] for d in docs] == anyio.run(library)
+    first_stage = [d["id"] for d in search_json("field report pelican", "--mode", "keyword", "--top-k", "4")["documents"]]
+    assert [d["metadata"]["branches"]["first_stage"]["rank"] for d in docs] == [first_stage.index(d["id"]) for d in docs]
+
+
+def test_search_rerank_errors_exit_1_naming_what_is_missing(in_index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = cli("search", "pelican", "--rerank", "cross-encoder")
+    assert result.exit_code == 1 and "local cross-encoder model folder" in result.stderr
+    monkeypatch.delenv("CO_API_KEY", raising=False)
+    monkeypatch.delenv("COHERE_API_KEY", raising=False)
+    result = cli("search", "pelican", "--rerank", "cohere")
+    assert result.exit_code == 1 and "CO_API_KEY" in result.stderr
+    assert cli("search", "pelican", "--rerank", "magic").exit_code == 2
 
 
 def test_search_text_output_lists_rank_uri_and_title(in_index: Path) -> None:

@@ -324,3 +324,12 @@ async def test_reranking_retriever_over_cohere_keeps_first_stage_provenance(serv
     for rank, (doc, i) in enumerate(zip(out, best, strict=True)):
         assert doc.branches["first_stage"].rank == i and doc.branches["first_stage"].score == 10.0 - i
         assert doc.branches["reranker"].rank == rank and doc.score == score_of(candidates[i].content)
+
+
+async def test_base_url_from_the_environment(monkeypatch: pytest.MonkeyPatch, server: FakeCohere) -> None:
+    """CO_API_URL set after the SDK was imported still points the reranker at that server."""
+    monkeypatch.setenv("CO_API_URL", server.url)
+    async with CohereReranker(api_key="k") as r:
+        out = await r.rerank("q", docs(3))
+    assert r.base_url == server.url
+    assert len(server.requests) == 1 and [d.id for d in out] == [d.id for d in sorted(docs(3), key=lambda d: -score_of(d.content))]

@@ -7,7 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastrag.config import Settings, build_retriever, open_embedder, open_stores
+from fastrag.config import Settings, build_retriever, open_embedder, open_reranker, open_stores
 from fastrag.errors import ConfigurationError
 from fastrag.evaluation.beir import load_beir
 from fastrag.evaluation.metrics import evaluate
@@ -98,13 +98,7 @@ async def _reranking(
     retriever: Any, rerank: str, rerank_model: str | None, embedding_model: str | None, top_k: int
 ) -> AsyncIterator[Any]:
     """``retriever`` wrapped in a :class:`RerankingRetriever` over ``top_k`` candidates; closes the reranker."""
-    from fastrag.rerankers import CrossEncoderReranker, EmbedderReranker
     from fastrag.retrieval.reranking import RerankingRetriever
 
-    if rerank == "embedder":
-        async with open_embedder(rerank_model or embedding_model) as embedder:
-            yield RerankingRetriever(retriever=retriever, reranker=EmbedderReranker(embedder), candidate_k=top_k)
-    else:
-        assert rerank_model is not None
-        async with CrossEncoderReranker(rerank_model) as reranker:
-            yield RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=top_k)
+    async with open_reranker(rerank, rerank_model, embedding_model=embedding_model) as reranker:
+        yield RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=top_k)

@@ -59,6 +59,7 @@ COHERE_MAX_DOCUMENTS = 1_000
 """Cohere's limit on documents per rerank request (API reference, ``POST /v2/rerank``)."""
 
 API_KEY_ENV = ("CO_API_KEY", "COHERE_API_KEY")
+BASE_URL_ENV = "CO_API_URL"
 """Environment variables read for the API key when none is given, in this order (the SDK's own order)."""
 
 _AUTH_STATUSES = frozenset({401, 403, 498})  # 498: Cohere's "invalid token"
@@ -71,7 +72,7 @@ class CohereReranker:
     Args:
         model: the rerank model, e.g. ``"rerank-v3.5"``.
         api_key: the API key; ``None`` reads ``CO_API_KEY``, then ``COHERE_API_KEY``.
-        base_url: the API's base URL (default: the SDK's, i.e. Cohere's production API, or ``CO_API_URL``);
+        base_url: the API's base URL (default: ``CO_API_URL`` when set at construction, else Cohere's production API);
             point it at a proxy, a private deployment or a test server. Requests go to
             ``{base_url}/v2/rerank``.
         httpx_client: an ``httpx.AsyncClient`` to send requests with (proxies, TLS, connection limits). It
@@ -134,6 +135,8 @@ class CohereReranker:
             import cohere
         except ImportError as exc:
             raise ConfigurationError(f"CohereReranker needs the cohere SDK: {INSTALL_HINT}") from exc
+        if base_url is None:  # read now: the SDK reads CO_API_URL once, when it is imported
+            base_url = os.environ.get(BASE_URL_ENV) or None
         self.model = model
         self.base_url = base_url
         self.timeout = float(timeout)
