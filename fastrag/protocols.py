@@ -12,14 +12,18 @@ Scores: every search returns documents best first, stamped (on copies) with ``me
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from fastrag.filters import FilterLike
 from fastrag.models import Document
 
+if TYPE_CHECKING:  # fastrag.llm imports httpx; this keeps `import fastrag` from loading it
+    from fastrag.llm import ChatMessage
+
 __all__ = [
+    "LLM",
     "Embedder",
     "LanguageDetector",
     "LexicalStore",
@@ -27,6 +31,7 @@ __all__ = [
     "Reranker",
     "Retriever",
     "SupportsGet",
+    "SupportsLanguageConfidence",
     "VectorStore",
 ]
 
@@ -213,6 +218,19 @@ class LanguageDetector(Protocol):
 
 
 @runtime_checkable
+class SupportsLanguageConfidence(Protocol):
+    """A :class:`LanguageDetector` that can say how sure it is, language by language (optional capability)."""
+
+    def confidences(self, text: str) -> Mapping[str, float]:
+        """``{ISO 639-1 code: confidence}`` for every language the detector chooses among, best first.
+
+        Each confidence is in [0, 1], higher is likelier; together they sum to 1, or are all 0 when the
+        detector cannot tell (no letters). Synchronous and thread-safe, like :meth:`LanguageDetector.detect`.
+        """
+        ...
+
+
+@runtime_checkable
 class Retriever(Protocol):
     """Turns a question into documents, best first."""
 
@@ -227,5 +245,32 @@ class Retriever(Protocol):
             InvalidParameterError: ``k`` is not a positive int, or the query is empty.
             FilterError: the filter is malformed.
             BackendError: the store failed (a retriever never reports a failure as "no match").
+        """
+        ...
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A chat model: messages in, the model's reply out (:class:`~fastrag.llm.OpenAICompatibleLLM`, or yours).
+
+    Messages are :class:`~fastrag.llm.ChatMessage` objects; an implementation reads their ``role``
+    (``"system"``, ``"user"`` or ``"assistant"``) and ``content``, so it need not import fastrag.
+    """
+
+    async def chat(
+        self, messages: Sequence[ChatMessage], *, temperature: float | None = None, max_tokens: int | None = None
+    ) -> str:
+        """The model's reply to ``messages``, as text.
+
+        Args:
+            messages: the chat so far, oldest first (usually a system message, then the user's).
+            temperature: sampling temperature (0 is the most deterministic); ``None`` leaves the model's default.
+            max_tokens: the most tokens to generate; ``None`` leaves the model's default.
+
+        Raises:
+            InvalidParameterError: an argument is invalid.
+            AuthenticationError: the credentials were refused.
+            TransientBackendError: a failure that may pass on retry (429, timeout, 5xx), after any retries.
+            BackendError: the model or its server failed, or answered something that is not a reply.
         """
         ...

@@ -1,0 +1,435 @@
+"""Answer a question from retrieved documents with an LLM, citing them: :class:`QueryEngine`.
+
+::
+
+    from fastrag.llm import OpenAICompatibleLLM
+    from fastrag.querying import QueryEngine
+
+    async with OpenAICompatibleLLM(base_url="http://localhost:8000/v1", model="my-model") as llm:
+        engine = QueryEngine(retriever=retriever, llm=llm, k=5)
+        answer = await engine.query("How are documents ranked?")
+        print(answer.text)
+        for citation in answer.citations:
+            print(citation.number, citation.document.source_uri)
+
+What the engine does, in order:
+
+1. Retrieves with a status (:class:`~fastrag.retrieval.result.RetrievalResult`): the retriever's own
+   ``retrieve_result`` when it has one, otherwise :func:`~fastrag.retrieval.result.retrieve_result`
+   around its ``retrieve``. A failure is reported, never mistaken for "no match".
+2. If retrieval **failed**, it does not call the LLM: the :class:`Answer` says so, naming the error, with
+   ``grounded=False`` and ``status == "retrieval_failed"``. If **nothing matched**, it does not call the
+   LLM either: the answer says no sources were found (``status == "no_sources"``).
+3. Otherwise it builds a grounded prompt (:func:`build_prompt`): the documents numbered ``[1]..[n]`` with
+   their title, language and ``source_uri``, and instructions to answer only from them, to cite with
+   ``[n]``, and to say it does not know when they do not answer the question.
+4. It parses the reply's ``[n]`` markers (:func:`parse_citations`) into :class:`Citation` objects that point
+   at the numbered documents; numbers outside ``1..n`` are not citations and are reported in
+   ``Answer.invalid_citations``.
+
+A **partial** retrieval (a hybrid retriever that lost a branch) is answered from the documents that came
+back, and marked: ``answer.partial`` is ``True`` and ``answer.retrieval.failed_branches`` names what failed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastrag.errors import BackendError, FilterError, InvalidParameterError
+from fastrag.filters import FilterLike
+from fastrag.llm import ChatMessage
+from fastrag.models import LANGUAGE, SOURCE_URI, TITLE, Document
+from fastrag.protocols import LLM, Retriever
+from fastrag.retrieval.result import RetrievalResult, retrieve_result
+
+__all__ = [
+    "DEFAULT_MAX_CONTEXT_CHARS",
+    "DEFAULT_SYSTEM_PROMPT",
+    "SUB_QUESTIONS",
+    "Answer",
+    "AnswerStatus",
+    "Citation",
+    "Prompt",
+    "QueryEngine",
+    "build_prompt",
+    "parse_citations",
+    "retrieve_with_status",
+]
+
+SUB_QUESTIONS = "sub_questions"
+"""Metadata key set by :class:`~fastrag.querying.sub_question.SubQuestionEngine`: the list of sub-questions
+(``list[str]``, in the order they were asked) whose retrieval returned the document. :func:`build_prompt`
+shows it as an ``answers:`` line of the source."""
+
+DEFAULT_MAX_CONTEXT_CHARS = 12_000
+"""Default budget for the sources' text in one prompt, in characters (about 3,000 tokens of English at the
+usual 4 characters per token), leaving room in an 8k-token context window for instructions and answer."""
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You answer questions using only the numbered sources given with the question. "
+    "Cite every statement you take from a source with its number in square brackets, like [1] or [1][3]. "
+    "If the sources do not contain the answer, say that you do not know; do not answer from outside knowledge. "
+    "Answer in the language of the question."
+)
+"""The system message :class:`QueryEngine` sends unless given another."""
+
+AnswerStatus = Literal["answered", "retrieval_failed", "no_sources"]
+"""How an :class:`Answer` came about: the LLM answered from sources; retrieval failed (no LLM call); or
+retrieval succeeded with no documents (no LLM call)."""
+
+_TRUNCATED = " …"
+_NUMBER = r"\d+(?:\s*[-–]\s*\d+)?"
+# [1], [1, 3], [1;3], [2-4], [Source 1], [sources: 1, 2]; the numbers are read by _CITATION_NUMBER
+_CITATION = re.compile(rf"\[\s*(?:sources?\s*:?\s*)?({_NUMBER}(?:\s*[,;]\s*{_NUMBER})*)\s*\]", re.IGNORECASE)
+_CITATION_NUMBER = re.compile(r"(\d+)(?:\s*[-–]\s*(\d+))?")
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A ``[n]`` marker of an answer, resolved to the document numbered ``n`` in the prompt.
+
+    Attributes:
+        number: the one-based source number the model wrote.
+        document: the retrieved document shown as source ``number``.
+    """
+
+    number: int
+    document: Document
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """The messages sent to the LLM and the sources they number.
+
+    Attributes:
+        messages: a system message (the instructions) and a user message (the numbered sources, then the
+            question).
+        sources: the documents numbered ``[1]..[n]`` in the prompt, in order: the first ones given that
+            fit in the character budget.
+    """
+
+    messages: tuple[ChatMessage, ...]
+    sources: tuple[Document, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An answer with its sources, or the reason there is none.
+
+    Attributes:
+        text: the LLM's reply; when retrieval failed or found nothing, a sentence saying so (the LLM was
+            not called).
+        citations: one :class:`Citation` per distinct valid ``[n]`` in ``text``, in order of first
+            appearance.
+        sources: the documents the prompt numbered ``[1]..[n]`` (empty when the LLM was not called).
+        retrieval: the retrieval's outcome: its documents, error, failed branches and timings.
+        grounded: ``True`` when the text was generated from at least one retrieved source; ``False`` when
+            retrieval failed or found nothing. It does not say the text cites anything: see ``citations``.
+        invalid_citations: distinct numbers the reply wrote in brackets that name no source (0, or more
+            than ``len(sources)``), in order of first appearance.
+    """
+
+    text: str
+    citations: tuple[Citation, ...]
+    sources: tuple[Document, ...]
+    retrieval: RetrievalResult
+    grounded: bool
+    invalid_citations: tuple[int, ...] = ()
+
+    @property
+    def status(self) -> AnswerStatus:
+        """``"retrieval_failed"``, ``"no_sources"`` or ``"answered"`` (see :data:`AnswerStatus`)."""
+        if self.retrieval.retrieval_failed:
+            return "retrieval_failed"
+        if not self.grounded:
+            return "no_sources"
+        return "answered"
+
+    @property
+    def partial(self) -> bool:
+        """``True`` when retrieval succeeded without some branches (``retrieval.failed_branches``): the
+        answer may miss what those branches would have found."""
+        return self.retrieval.partial
+
+    @property
+    def cited_documents(self) -> tuple[Document, ...]:
+        """The documents the answer cites, in order of first citation, without repeats."""
+        return tuple(c.document for c in self.citations)
+
+
+def build_prompt(
+    question: str,
+    documents: Sequence[Document],
+    *,
+    system_prompt: str | None = None,
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
+) -> Prompt:
+    """The grounded prompt for ``question`` over ``documents`` (best first).
+
+    Each source is a block ``[n] title: ...``, ``language: ...``, ``source_uri: ...`` (each line only when
+    the document has that metadata; ``answers: ...`` too when it carries :data:`SUB_QUESTIONS`), then its
+    content. Sources are added in order while their content fits in ``max_context_chars``; the first one
+    is always included, and a content cut at the budget ends with ``" …"``; sources after the budget is
+    spent are left out (and are not in :attr:`Prompt.sources`).
+
+    Args:
+        question: the user's question.
+        documents: the retrieved documents, best first; at least one.
+        system_prompt: the instructions; ``None`` uses :data:`DEFAULT_SYSTEM_PROMPT`.
+        max_context_chars: budget for the sources' content, in characters (headers not counted).
+
+    Returns:
+        A :class:`Prompt`.
+
+    Raises:
+        InvalidParameterError: an empty question or no documents; an item that is not a
+            :class:`~fastrag.models.Document`; a ``max_context_chars`` that is not a positive int; a
+            ``system_prompt`` that is not a non-empty string.
+    """
+    _check_question(question)
+    _check_positive_int("max_context_chars", max_context_chars)
+    system = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    if not isinstance(system, str) or not system.strip():
+        raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {system_prompt!r}")
+    if isinstance(documents, str | bytes) or not isinstance(documents, Sequence) or not documents:
+        raise InvalidParameterError("build_prompt needs at least one document")
+    blocks: list[str] = []
+    sources: list[Document] = []
+    budget = max_context_chars
+    for doc in documents:
+        if not isinstance(doc, Document):
+            raise InvalidParameterError(f"documents must be Document objects, got {type(doc).__name__}")
+        if budget <= 0:
+            break
+        content = doc.content
+        if len(content) > budget:
+            content = content[:budget].rstrip() + _TRUNCATED
+            budget = 0
+        else:
+            budget -= len(content)
+        sources.append(doc)
+        blocks.append(_source_block(len(sources), doc, content))
+    user = "Sources:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question.strip()}"
+    return Prompt(
+        messages=(ChatMessage("system", system), ChatMessage("user", user)),
+        sources=tuple(sources),
+    )
+
+
+def _source_block(number: int, doc: Document, content: str) -> str:
+    lines = [f"[{number}]"]
+    for label, key in (("title", TITLE), ("language", LANGUAGE), ("source_uri", SOURCE_URI)):
+        value = doc.metadata.get(key)
+        if value is not None and str(value).strip():
+            lines.append(f"{label}: {_one_line(str(value))}")
+    asked = doc.metadata.get(SUB_QUESTIONS)
+    if isinstance(asked, Sequence) and not isinstance(asked, str) and asked:
+        lines.append("answers: " + "; ".join(_one_line(str(q)) for q in asked))
+    lines.append(content)
+    return "\n".join(lines)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def parse_citations(text: str, sources: Sequence[Document]) -> tuple[tuple[Citation, ...], tuple[int, ...]]:
+    """The ``[n]`` citations in ``text``, resolved against ``sources`` (source ``n`` is ``sources[n - 1]``).
+
+    Recognised: ``[1]``, ``[1][3]``, ``[1, 3]``, ``[1; 3]``, ``[2-4]`` (a range, expanded), ``[Source 1]``.
+    Any other bracketed text is not a citation. Each number counts once, at its first appearance.
+
+    Args:
+        text: the model's reply.
+        sources: the documents the prompt numbered, in order.
+
+    Returns:
+        ``(citations, invalid)``: a :class:`Citation` per distinct valid number, and the distinct numbers
+        that name no source (``0``, or more than ``len(sources)``; a range that is reversed or reaches
+        past the last source contributes its two ends), both in order of first appearance.
+
+    Raises:
+        InvalidParameterError: ``text`` is not a string.
+    """
+    if not isinstance(text, str):
+        raise InvalidParameterError(f"text must be a string, got {type(text).__name__}")
+    n = len(sources)
+    valid: dict[int, None] = {}
+    invalid: dict[int, None] = {}
+    for match in _CITATION.finditer(text):
+        for number in _CITATION_NUMBER.finditer(match.group(1)):
+            start = int(number.group(1))
+            end = int(number.group(2)) if number.group(2) is not None else start
+            if 1 <= start <= end <= n:
+                for value in range(start, end + 1):
+                    valid.setdefault(value, None)
+            else:
+                for value in dict.fromkeys((start, end)):
+                    (valid if 1 <= value <= n else invalid).setdefault(value, None)
+    citations = tuple(Citation(number=i, document=sources[i - 1]) for i in valid)
+    return citations, tuple(invalid)
+
+
+class QueryEngine:
+    """Retrieve, then answer with an LLM from the numbered sources, citing them.
+
+    Args:
+        retriever: any :class:`~fastrag.protocols.Retriever`; its ``retrieve_result`` is used when it has
+            one (every retriever in :mod:`fastrag.retrieval` does).
+        llm: any :class:`~fastrag.protocols.LLM`, e.g. :class:`~fastrag.llm.OpenAICompatibleLLM`.
+        k: how many documents to retrieve per question (an int >= 1).
+        system_prompt: the instructions; ``None`` uses :data:`DEFAULT_SYSTEM_PROMPT`.
+        max_context_chars: budget for the sources' text in one prompt, in characters (see
+            :func:`build_prompt`).
+        temperature: passed to ``llm.chat``; ``None`` leaves the model's default.
+        max_tokens: passed to ``llm.chat``; ``None`` leaves the model's default.
+
+    Raises:
+        InvalidParameterError: ``retriever`` has no ``retrieve``, ``llm`` has no ``chat``, ``k`` or
+            ``max_context_chars`` is not a positive int, or ``system_prompt`` is blank.
+    """
+
+    def __init__(
+        self,
+        *,
+        retriever: Retriever,
+        llm: LLM,
+        k: int = 5,
+        system_prompt: str | None = None,
+        max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        if not callable(getattr(retriever, "retrieve", None)):
+            raise InvalidParameterError(f"retriever has no retrieve() method: {retriever!r}")
+        if not callable(getattr(llm, "chat", None)):
+            raise InvalidParameterError(f"llm has no chat() method: {llm!r}")
+        _check_positive_int("k", k)
+        _check_positive_int("max_context_chars", max_context_chars)
+        if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
+            raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {system_prompt!r}")
+        self.retriever = retriever
+        self.llm = llm
+        self.k = k
+        self.system_prompt = system_prompt
+        self.max_context_chars = max_context_chars
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    async def query(self, question: str, *, k: int | None = None, filter: FilterLike | None = None) -> Answer:  # noqa: A002
+        """Retrieve for ``question`` and answer it from what was retrieved.
+
+        Args:
+            question: the question, a non-empty string.
+            k: how many documents to retrieve; ``None`` uses the engine's ``k``.
+            filter: a filter for the retrieval, as for ``retrieve``.
+
+        Returns:
+            An :class:`Answer`. A failed retrieval or one that found nothing is an answer too, with
+            ``grounded=False`` and a ``status`` saying which (the LLM is not called).
+
+        Raises:
+            InvalidParameterError: an empty question or a bad ``k`` (also as the retriever raises them).
+            FilterError: the filter is malformed or cannot be expressed by the backend.
+            AuthenticationError, TransientBackendError, BackendError: the LLM failed (as ``llm.chat``
+                raises them, after its own retries).
+        """
+        _check_question(question)
+        if k is not None:
+            _check_positive_int("k", k)
+        retrieval = await retrieve_with_status(self.retriever, question, k=k or self.k, filter=filter)
+        return await self.answer(question, retrieval)
+
+    async def answer(self, question: str, retrieval: RetrievalResult) -> Answer:
+        """Answer ``question`` from a retrieval already made (see :meth:`query` for the rules).
+
+        Raises:
+            InvalidParameterError: an empty question, or ``retrieval`` is not a
+                :class:`~fastrag.retrieval.result.RetrievalResult`.
+            AuthenticationError, TransientBackendError, BackendError: the LLM failed, or returned something
+                other than a string.
+        """
+        _check_question(question)
+        if not isinstance(retrieval, RetrievalResult):
+            raise InvalidParameterError(f"retrieval must be a RetrievalResult, got {type(retrieval).__name__}")
+        if retrieval.retrieval_failed:
+            error = retrieval.error
+            text = f"Retrieval failed, so no answer was generated: {type(error).__name__}: {error}"
+            return Answer(text=text, citations=(), sources=(), retrieval=retrieval, grounded=False)
+        if not retrieval.documents:
+            text = "No sources were found for this question, so no answer was generated."
+            return Answer(text=text, citations=(), sources=(), retrieval=retrieval, grounded=False)
+        prompt = build_prompt(
+            question, retrieval.documents, system_prompt=self.system_prompt, max_context_chars=self.max_context_chars
+        )
+        reply = await self.llm.chat(prompt.messages, temperature=self.temperature, max_tokens=self.max_tokens)
+        if not isinstance(reply, str):
+            raise BackendError(f"the LLM returned {type(reply).__name__}, not text", store=type(self.llm).__name__)
+        citations, invalid = parse_citations(reply, prompt.sources)
+        return Answer(
+            text=reply,
+            citations=citations,
+            sources=prompt.sources,
+            retrieval=retrieval,
+            grounded=True,
+            invalid_citations=invalid,
+        )
+
+    def __repr__(self) -> str:
+        return f"QueryEngine(retriever={self.retriever!r}, llm={self.llm!r}, k={self.k})"
+
+
+async def retrieve_with_status(
+    retriever: Any, query: str, *, k: int, filter: FilterLike | None = None  # noqa: A002
+) -> RetrievalResult:
+    """Retrieve with a status from any retriever: its ``retrieve_result`` if it has one, otherwise
+    :func:`~fastrag.retrieval.result.retrieve_result` around its ``retrieve``.
+
+    At most ``k`` documents are kept. A retriever whose ``retrieve_result`` raises, returns something other
+    than a :class:`~fastrag.retrieval.result.RetrievalResult`, or returns items that are not
+    :class:`~fastrag.models.Document` objects gives a failed result (``error`` says why).
+
+    Raises:
+        InvalidParameterError: the arguments are invalid, as the retriever raises them.
+        FilterError: the filter is malformed, as the retriever raises it.
+    """
+    own = getattr(retriever, "retrieve_result", None)
+    try:
+        if callable(own):
+            result = await own(query, k=k, filter=filter)
+        else:
+            result = await retrieve_result(retriever, query, k=k, filter=filter)
+    except (InvalidParameterError, FilterError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a retrieval failure is reported, as retrieve_result does
+        return RetrievalResult(error=exc)
+    if not isinstance(result, RetrievalResult):
+        error = BackendError(f"retrieve_result returned {type(result).__name__}, not a RetrievalResult")
+        return RetrievalResult(error=error)
+    bad = next((d for d in result.documents if not isinstance(d, Document)), None)
+    if bad is not None:
+        error = BackendError(f"the retriever returned {type(bad).__name__}, not Document objects")
+        return RetrievalResult(error=error, failed_branches=result.failed_branches, timings=result.timings)
+    if len(result.documents) > k:
+        result = RetrievalResult(
+            documents=result.documents[:k],
+            error=result.error,
+            failed_branches=result.failed_branches,
+            partial=result.partial,
+            timings=result.timings,
+        )
+    return result
+
+
+def _check_question(question: Any) -> None:
+    if not isinstance(question, str) or not question.strip():
+        raise InvalidParameterError(f"the question must be a non-empty string, got {question!r}")
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidParameterError(f"{name} must be a positive int, got {value!r}")
+

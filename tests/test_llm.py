@@ -1,0 +1,408 @@
+"""OpenAICompatibleLLM against a real HTTP server on 127.0.0.1 that speaks OpenAI's ``POST /v1/chat/completions``.
+
+The server is ``http.server`` in a thread; each test scripts its responses. Shapes are those of OpenAI's API
+reference: ``{"model", "messages": [{"role", "content"}], "temperature"?, "max_tokens"?}`` in,
+``{"id", "object": "chat.completion", "model", "choices": [{"index", "message": {"role", "content"},
+"finish_reason"}], "usage"}`` out; errors as ``{"error": {"message", "type", "code"}}``. No network.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from fastrag.errors import (
+    AuthenticationError,
+    BackendError,
+    BackendTemporarilyUnavailableError,
+    BackendUnavailableError,
+    ConfigurationError,
+    InvalidParameterError,
+    RateLimitError,
+    RetrievalTimeoutError,
+    TransientBackendError,
+)
+from fastrag.llm import ChatCompletion, ChatMessage, OpenAICompatibleLLM
+from fastrag.models import Document
+from fastrag.protocols import LLM
+from fastrag.querying import QueryEngine
+from fastrag.retry import RetryPolicy
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-test-123"
+MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Say hello")]
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    raw: bytes | None = None
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+def completion(text: str, *, model: str = "served-model", finish: str = "stop") -> Reply:
+    return Reply(200, {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+    })
+
+
+def echo(body: dict[str, Any]) -> Reply:
+    """The fake model: answers with the last message's content, upper-cased."""
+    return completion(body["messages"][-1]["content"].upper())
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> Callable[[dict[str, Any]], Reply]:
+    return lambda body: Reply(status, {"error": {"message": message, "type": "x", "code": None}}, headers or {})
+
+
+class FakeOpenAI:
+    """A scripted /v1/chat/completions server: ``script`` answers each request in turn (the last one repeats)."""
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.script: list[Callable[[dict[str, Any]], Reply]] = [echo]
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with outer._lock:
+                    outer.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                    step = outer.script[min(len(outer.requests) - 1, len(outer.script) - 1)]
+                reply = step(body)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                payload = reply.raw if reply.raw is not None else json.dumps(reply.body or {}).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client gave up (a timeout test)
+                    pass
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+
+    def wait_for_requests(self, n: int, within: float = 10.0) -> int:
+        """How many requests arrived, waiting up to ``within`` s for ``n`` (a timed-out client's request may
+        still sit in the listen backlog)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.requests) >= n:
+                    break
+            time.sleep(0.01)
+        with self._lock:
+            return len(self.requests)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI()
+    yield fake
+    fake.close()
+
+
+class Sleeps:
+    """A RetryPolicy sleep that records the delays instead of waiting."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+def client(server: FakeOpenAI, **kwargs: Any) -> OpenAICompatibleLLM:
+    kwargs.setdefault("retry", RetryPolicy(max_attempts=3, jitter=False, sleep=Sleeps()))
+    kwargs.setdefault("api_key", KEY)
+    return OpenAICompatibleLLM(base_url=server.url, model="test-model", **kwargs)
+
+
+async def test_chat_sends_the_chat_completions_request_and_returns_the_reply(server: FakeOpenAI) -> None:
+    async with client(server) as llm:
+        assert isinstance(llm, LLM)
+        reply = await llm.chat(MESSAGES)
+    assert reply == "SAY HELLO"
+    assert len(server.requests) == 1
+    request = server.requests[0]
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    assert request.body == {
+        "model": "test-model",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}],
+    }  # no temperature, no max_tokens: the server's defaults apply
+
+
+async def test_temperature_and_max_tokens_are_sent_when_set(server: FakeOpenAI) -> None:
+    async with client(server) as llm:
+        await llm.chat(MESSAGES, temperature=0.0, max_tokens=64)
+        await llm.chat(MESSAGES, max_tokens=8)
+    assert server.requests[0].body["temperature"] == 0.0
+    assert server.requests[0].body["max_tokens"] == 64
+    assert "temperature" not in server.requests[1].body and server.requests[1].body["max_tokens"] == 8
+
+
+async def test_complete_reports_model_finish_reason_and_usage(server: FakeOpenAI) -> None:
+    server.script = [lambda body: completion("cut off", model="gpt-x-2024", finish="length")]
+    async with client(server) as llm:
+        out = await llm.complete(MESSAGES, max_tokens=2)
+    assert out == ChatCompletion(
+        content="cut off", model="gpt-x-2024", finish_reason="length",
+        usage={"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+    )
+
+
+async def test_extra_headers_and_trailing_slash_in_base_url(server: FakeOpenAI) -> None:
+    async with OpenAICompatibleLLM(base_url=server.url + "/", model="m", api_key=KEY, headers={"OpenAI-Project": "p1"}) as llm:
+        await llm.chat(MESSAGES)
+    assert server.requests[0].path == "/v1/chat/completions"
+    assert server.requests[0].headers["openai-project"] == "p1"
+
+
+async def test_api_key_from_environment_or_none(monkeypatch: pytest.MonkeyPatch, server: FakeOpenAI) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    async with OpenAICompatibleLLM(base_url=server.url, model="m") as llm:
+        await llm.chat(MESSAGES)
+    assert server.requests[-1].headers["authorization"] == "Bearer sk-from-env"
+    monkeypatch.delenv("OPENAI_API_KEY")
+    async with OpenAICompatibleLLM(base_url=server.url, model="m") as llm:  # a local server needs no key
+        await llm.chat(MESSAGES)
+    assert "authorization" not in server.requests[-1].headers
+
+
+async def test_401_raises_authentication_error_with_the_server_message_and_is_not_retried(server: FakeOpenAI) -> None:
+    server.script = [error(401, "Incorrect API key provided")]
+    async with client(server) as llm:
+        with pytest.raises(AuthenticationError, match="Incorrect API key provided"):
+            await llm.chat(MESSAGES)
+    assert len(server.requests) == 1
+
+
+async def test_403_is_an_authentication_error(server: FakeOpenAI) -> None:
+    server.script = [error(403, "forbidden")]
+    async with client(server) as llm:
+        with pytest.raises(AuthenticationError):
+            await llm.chat(MESSAGES)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("status", [400, 404, 422])
+async def test_other_4xx_is_a_backend_error_with_the_message_never_retried(server: FakeOpenAI, status: int) -> None:
+    server.script = [error(status, "The model `nope` does not exist")]
+    async with client(server) as llm:
+        with pytest.raises(BackendError, match="The model `nope` does not exist") as info:
+            await llm.chat(MESSAGES)
+    assert not isinstance(info.value, TransientBackendError | AuthenticationError)
+    assert len(server.requests) == 1
+
+
+async def test_429_is_retried_after_retry_after_then_succeeds(server: FakeOpenAI) -> None:
+    server.script = [error(429, "slow down", {"Retry-After": "2"}), echo]
+    sleeps = Sleeps()
+    async with client(server, retry=RetryPolicy(max_attempts=3, initial_backoff=0.1, sleep=sleeps)) as llm:
+        assert await llm.chat(MESSAGES) == "SAY HELLO"
+    assert len(server.requests) == 2
+    assert len(sleeps.delays) == 1 and sleeps.delays[0] >= 2.0
+
+
+async def test_429_every_time_raises_rate_limit_error_after_the_attempts(server: FakeOpenAI) -> None:
+    server.script = [error(429, "slow down", {"retry-after-ms": "1500"})]
+    async with client(server) as llm:
+        with pytest.raises(RateLimitError, match="slow down") as info:
+            await llm.chat(MESSAGES)
+    assert len(server.requests) == 3
+    assert info.value.retry_after == 1.5
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+async def test_5xx_is_retried(server: FakeOpenAI, status: int) -> None:
+    server.script = [error(status, "busy"), echo]
+    async with client(server) as llm:
+        assert await llm.chat(MESSAGES) == "SAY HELLO"
+    assert len(server.requests) == 2
+
+
+async def test_503_every_time_raises_temporarily_unavailable(server: FakeOpenAI) -> None:
+    server.script = [error(503, "overloaded")]
+    async with client(server) as llm:
+        with pytest.raises(BackendTemporarilyUnavailableError, match="overloaded") as info:
+            await llm.chat(MESSAGES)
+    assert isinstance(info.value, BackendUnavailableError)
+    assert len(server.requests) == 3
+
+
+async def test_timeout_raises_typed_timeout_error_after_retrying(server: FakeOpenAI) -> None:
+    server.script = [lambda body: Reply(200, echo(body).body, delay=5.0)]
+    async with client(server, timeout=0.2, retry=RetryPolicy(max_attempts=2, sleep=Sleeps())) as llm:
+        with pytest.raises(RetrievalTimeoutError) as info:
+            await llm.chat(MESSAGES)
+    assert info.value.timeout == 0.2
+    assert server.wait_for_requests(2) == 2  # retried once, then raised
+    assert server.wait_for_requests(3, within=0.3) == 2
+
+
+async def test_connection_refused_is_temporarily_unavailable_and_retried() -> None:
+    fake = FakeOpenAI()
+    url = fake.url
+    fake.close()  # nothing listens on that port any more
+    sleeps = Sleeps()
+    llm = OpenAICompatibleLLM(base_url=url, model="m", retry=RetryPolicy(max_attempts=2, sleep=sleeps))
+    async with llm:
+        with pytest.raises(BackendTemporarilyUnavailableError, match="cannot connect"):
+            await llm.chat(MESSAGES)
+    assert len(sleeps.delays) == 1
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(200, raw=b"<html>not json</html>"),
+        Reply(200, {"choices": []}),
+        Reply(200, {"choices": [{"message": {"role": "assistant", "content": None}}]}),
+        Reply(200, {"choices": [{"message": {"role": "assistant"}}]}),
+        Reply(200, {"object": "chat.completion"}),
+        Reply(200, raw=b"[1, 2]"),
+    ],
+    ids=["not-json", "no-choices", "null-content", "no-content", "no-choices-key", "a-list"],
+)
+async def test_a_malformed_response_is_a_backend_error_not_retried(server: FakeOpenAI, reply: Reply) -> None:
+    server.script = [lambda body: reply]
+    async with client(server) as llm:
+        with pytest.raises(BackendError) as info:
+            await llm.chat(MESSAGES)
+    assert not isinstance(info.value, TransientBackendError)
+    assert len(server.requests) == 1
+
+
+async def test_injected_http_client_is_used_and_not_closed(server: FakeOpenAI) -> None:
+    seen: list[str] = []
+
+    async def hook(request: httpx.Request) -> None:
+        seen.append(str(request.url))
+
+    async with httpx.AsyncClient(event_hooks={"request": [hook]}) as http:
+        llm = OpenAICompatibleLLM(base_url=server.url, model="m", http_client=http)
+        await llm.chat(MESSAGES)
+        await llm.aclose()
+        await llm.aclose()  # idempotent
+        assert not http.is_closed
+    assert seen == [f"{server.url}/chat/completions"]
+
+
+async def test_own_http_client_is_closed_and_a_closed_client_refuses_calls(server: FakeOpenAI) -> None:
+    llm = client(server)
+    await llm.aclose()
+    assert llm._http.is_closed
+    with pytest.raises(BackendUnavailableError, match="closed"):
+        await llm.chat(MESSAGES)
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error_type"),
+    [
+        ({"base_url": "localhost:8000/v1"}, ConfigurationError),
+        ({"base_url": "ftp://example.com/v1"}, ConfigurationError),
+        ({"base_url": ""}, ConfigurationError),
+        ({"model": " "}, InvalidParameterError),
+        ({"timeout": 0}, InvalidParameterError),
+        ({"timeout": float("nan")}, InvalidParameterError),
+        ({"api_key": ""}, InvalidParameterError),
+        ({"api_key": "a\nb"}, InvalidParameterError),
+        ({"retry": 3}, InvalidParameterError),
+        ({"headers": {"x": 1}}, InvalidParameterError),
+    ],
+)
+def test_bad_settings_are_refused_when_built(kwargs: dict[str, Any], error_type: type[Exception]) -> None:
+    settings = {"base_url": "http://127.0.0.1:9/v1", "model": "m", **kwargs}
+    with pytest.raises(error_type):
+        OpenAICompatibleLLM(**settings)
+
+
+async def test_bad_call_arguments_are_refused_before_any_request(server: FakeOpenAI) -> None:
+    async with client(server) as llm:
+        for messages, kwargs in [
+            ([], {}),
+            ("hello", {}),
+            ([{"role": "user", "content": "hi"}], {}),
+            (MESSAGES, {"temperature": 3.0}),
+            (MESSAGES, {"temperature": True}),
+            (MESSAGES, {"max_tokens": 0}),
+        ]:
+            with pytest.raises(InvalidParameterError):
+                await llm.chat(messages, **kwargs)  # type: ignore[arg-type]
+    assert server.requests == []
+
+
+def test_chat_message_validates_role_and_content() -> None:
+    assert ChatMessage("assistant", "ok").role == "assistant"
+    with pytest.raises(InvalidParameterError):
+        ChatMessage("tool", "x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError):
+        ChatMessage("user", None)  # type: ignore[arg-type]
+
+
+async def test_query_engine_over_the_http_client_cites_the_retrieved_documents(server: FakeOpenAI) -> None:
+    docs = [
+        Document(id="bm25", content="BM25 ranks documents by term frequency.", metadata={"title": "BM25", "source_uri": "bm25.md"}),
+        Document(id="rrf", content="RRF fuses ranked lists.", metadata={"title": "RRF", "source_uri": "rrf.md"}),
+    ]
+
+    class Fixed:
+        async def retrieve(self, query: str, *, k: int = 10, filter: object = None) -> list[Document]:
+            return docs[:k]
+
+    def answer(body: dict[str, Any]) -> Reply:
+        prompt = body["messages"][-1]["content"]
+        # the fake model cites the source whose block mentions "term frequency"
+        blocks = prompt.split("\n\n")
+        number = next(b.split("]")[0].lstrip("[") for b in blocks if "term frequency" in b)
+        return completion(f"By term frequency [{number}].")
+
+    server.script = [answer]
+    async with client(server) as llm:
+        out = await QueryEngine(retriever=Fixed(), llm=llm, k=2).query("How does BM25 rank?")
+    assert [m["role"] for m in server.requests[0].body["messages"]] == ["system", "user"]
+    assert [c.document.id for c in out.citations] == ["bm25"]
+    assert out.citations[0].document.source_uri == "bm25.md"
+    assert out.grounded and out.status == "answered"
