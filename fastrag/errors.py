@@ -14,6 +14,7 @@ a backend SDK type.
     ├── ConfigurationError (ValueError)        bad store URL or settings; missing optional extra
     ├── DimensionMismatchError (ValueError)    vector width differs from the store's
     ├── IngestionError                         a file could not be read or parsed
+    ├── SectionNotFoundError (LookupError)     a hit's parent document or section is not in a SectionIndex
     ├── EmbeddingError                         the embedding model failed
     ├── RerankerError                          a local reranker failed, or a reranker returned a bad result
     └── BackendError                           the store (or a remote model API) failed while answering
@@ -51,6 +52,7 @@ __all__ = [
     "RateLimitError",
     "RerankerError",
     "RetrievalTimeoutError",
+    "SectionNotFoundError",
     "TransientBackendError",
     "UnknownParameterError",
     "UnsupportedFilterError",
@@ -98,6 +100,22 @@ class DimensionMismatchError(FastragError, ValueError):
 
 class IngestionError(FastragError):
     """A source could not be read or parsed during ingestion."""
+
+
+class SectionNotFoundError(FastragError, LookupError):
+    """A retrieved chunk cannot be traced back to a section held by a
+    :class:`~fastrag.retrieval.sections.SectionIndex`: its parent document is not in the index, the index
+    holds another version of it, or no section of it contains the chunk.
+
+    Attributes:
+        parent_id: the parent document's id the chunk names, or ``None`` when it names none.
+        chunk_id: the id of the chunk that could not be resolved.
+    """
+
+    def __init__(self, message: str, *, parent_id: str | None = None, chunk_id: str | None = None) -> None:
+        super().__init__(message)
+        self.parent_id = parent_id
+        self.chunk_id = chunk_id
 
 
 class EmbeddingError(FastragError):

@@ -321,7 +321,8 @@ async def test_markdown_is_chunked_per_section_with_metadata(tmp_path: Path) -> 
     assert debian.metadata["content_hash"] == hashlib.sha256(MARKDOWN.encode()).hexdigest()
     assert debian.metadata["chunker"] == Chunker().fingerprint
     assert set(debian.metadata) == {
-        "source_uri", "title", "chunk_index", "parent_id", "content_hash", "headings", "chunker"
+        "source_uri", "title", "chunk_index", "parent_id", "content_hash", "headings", "chunker",
+        "section_index", "section_start", "section_end",
     }
 
 

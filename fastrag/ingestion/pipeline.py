@@ -9,9 +9,11 @@
 Each chunk becomes a :class:`~fastrag.models.Document` whose id is ``f"{source_uri}#{chunk_index}"``
 (deterministic, so re-indexing overwrites in place) and whose metadata holds ``source_uri``, ``title``,
 ``chunk_index``, ``parent_id``, ``content_hash`` (SHA-256 of the source file's bytes), ``headings``
-(the section's heading path, a list of strings) and ``chunker`` (the chunker's settings, see
-:attr:`~fastrag.ingestion.chunking.Chunker.fingerprint`). The embedded text is ``title + "\\n" + chunk`` (just the
-chunk when the title is empty); the stored ``content`` is the chunk alone.
+(the section's heading path, a list of strings), ``chunker`` (the chunker's settings, see
+:attr:`~fastrag.ingestion.chunking.Chunker.fingerprint`), and ``section_index``, ``section_start`` and
+``section_end`` (which parsed section the chunk was cut from, and its character offsets in that section's
+body; :mod:`fastrag.retrieval.sections` traces hits back to their sections with them). The embedded text is
+``title + "\\n" + chunk`` (just the chunk when the title is empty); the stored ``content`` is the chunk alone.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from fastrag.ingestion.chunking import Chunker
 from fastrag.ingestion.parsers import FileKind, ParsedDocument, file_kind, parse
 from fastrag.models import CHUNK_INDEX, CONTENT_HASH, PARENT_ID, SOURCE_URI, TITLE, Document
 from fastrag.protocols import Embedder, LexicalStore, SupportsGet, VectorStore
+from fastrag.retrieval.sections import SECTION_END, SECTION_INDEX, SECTION_START, SectionIndex
 
 __all__ = ["CHUNKER", "HEADINGS", "IngestionFailure", "IngestionPipeline", "IngestionReport"]
 
@@ -179,6 +182,10 @@ class IngestionPipeline:
             than this is one batch of its own), so an interrupted run never leaves half a document.
         show_progress: draw a :mod:`rich` progress bar on stderr; ``None`` (default) draws it only when
             stderr is a terminal.
+        sections: a :class:`~fastrag.retrieval.sections.SectionIndex` that receives every document the
+            run parses (changed or not; files that fail to parse are left as they were), with the file's
+            ``content_hash``, and forgets the files ``prune=True`` deletes. It stays the caller's (never
+            closed here).
 
     Raises:
         InvalidParameterError: ``batch_size`` is not positive.
@@ -193,6 +200,7 @@ class IngestionPipeline:
         chunker: Chunker | None = None,
         batch_size: int = 64,
         show_progress: bool | None = None,
+        sections: SectionIndex | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -203,6 +211,7 @@ class IngestionPipeline:
         self._fingerprint = self._chunker.fingerprint
         self._batch_size = batch_size
         self._show_progress = show_progress
+        self._sections = sections
 
     @property
     def _stores(self) -> list[VectorStore | LexicalStore]:
@@ -284,11 +293,14 @@ class IngestionPipeline:
         if is_corpus:
             state.kept_prefixes.add(f"{uri}#")
         try:
-            content_hash, documents, sentinels = await anyio.to_thread.run_sync(self._read_and_chunk, source)
+            read = await anyio.to_thread.run_sync(self._read_and_chunk, source)
+            content_hash, documents, sentinels, parsed = read
         except IngestionError as exc:
             logger.warning("ingestion: %s", exc)
             state.errors.append(IngestionFailure(path=str(source.path), message=str(exc)))
             return
+        if self._sections is not None:
+            await self._sections.add_all(parsed, content_hash=content_hash)
         scope = filter_field(SOURCE_URI).starts_with(f"{uri}#") if is_corpus else filter_field(SOURCE_URI) == uri
         # after the new version is written, a chunk under scope from another file version or another
         # chunker is stale; one with both the same was cut identically and has just been overwritten
@@ -311,12 +323,12 @@ class IngestionPipeline:
             state.completed.append(stale)
         state.files_indexed += 1
 
-    def _read_and_chunk(self, source: _Source) -> tuple[str, list[Document], list[str]]:
+    def _read_and_chunk(self, source: _Source) -> tuple[str, list[Document], list[str], list[ParsedDocument]]:
         """Read, hash, parse and chunk one file (runs in a worker thread).
 
-        Returns the content hash, the chunk documents, and per parsed document the id its next chunk
+        Returns the content hash, the chunk documents, per parsed document the id its next chunk
         would have (``f"{source_uri}#{chunk_count}"``): a store holding one of those ids holds an older
-        version with more chunks.
+        version with more chunks, and the parsed documents.
         """
         try:
             data = source.path.read_bytes()
@@ -325,11 +337,12 @@ class IngestionPipeline:
         content_hash = hashlib.sha256(data).hexdigest()
         documents: list[Document] = []
         sentinels: list[str] = []
-        for parsed in parse(data, source_uri=source.source_uri, kind=source.kind):
+        parsed_documents = parse(data, source_uri=source.source_uri, kind=source.kind)
+        for parsed in parsed_documents:
             chunks = self._chunk_documents(parsed, content_hash)
             documents.extend(chunks)
             sentinels.append(f"{parsed.source_uri}#{len(chunks)}")
-        return content_hash, documents, sentinels
+        return content_hash, documents, sentinels, parsed_documents
 
     def _chunk_documents(self, parsed: ParsedDocument, content_hash: str) -> list[Document]:
         return [
@@ -344,6 +357,9 @@ class IngestionPipeline:
                     CONTENT_HASH: content_hash,
                     HEADINGS: list(chunk.heading_path),
                     CHUNKER: self._fingerprint,
+                    SECTION_INDEX: chunk.section_index,
+                    SECTION_START: chunk.start,
+                    SECTION_END: chunk.end,
                 },
             )
             for index, chunk in enumerate(self._chunker.chunk(parsed))
@@ -432,6 +448,8 @@ class IngestionPipeline:
             for store in self._stores:
                 await store.delete(ids=batch)
         state.files_pruned = len(set(doomed.values()))
+        if self._sections is not None and doomed:
+            await self._sections.delete(source_uris=sorted(set(doomed.values())))
 
 
 class _ProgressBar:

@@ -1,5 +1,5 @@
 """Retrievers: dense k-NN, BM25, hybrid fusion, reranking, language-aware, path filtering, tenant scoping;
-results with a status."""
+results with a status; tracing hits back to their original sections."""
 
 from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
@@ -9,6 +9,7 @@ from fastrag.retrieval.limits import DEFAULT_LIMITS, MAX_K, MAX_QUERY_CHARS, Ret
 from fastrag.retrieval.path_filter import PathFilterRetriever
 from fastrag.retrieval.reranking import RerankingRetriever
 from fastrag.retrieval.result import RetrievalResult, retrieve_result
+from fastrag.retrieval.sections import ParentDocument, SectionIndex, SourceSection, merge_chunks
 from fastrag.retrieval.tenant import TenantScopedRetriever
 from fastrag.retrieval.vector import VectorRetriever
 
@@ -19,14 +20,18 @@ __all__ = [
     "BM25Retriever",
     "HybridRetriever",
     "LanguageAwareRetriever",
+    "ParentDocument",
     "PathFilterRetriever",
     "ReciprocalRankFusion",
     "RetrievalLimits",
     "RerankingRetriever",
     "RetrievalResult",
+    "SectionIndex",
+    "SourceSection",
     "TenantScopedRetriever",
     "VectorRetriever",
     "WeightedScoreFusion",
     "default_fusion",
+    "merge_chunks",
     "retrieve_result",
 ]
