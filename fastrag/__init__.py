@@ -34,6 +34,7 @@ from fastrag.errors import (
     UnsupportedFilterError,
 )
 from fastrag.filters import field, matches, parse_filter
+from fastrag.knowledge_base import KnowledgeBase, SearchSettings
 from fastrag.models import Document
 from fastrag.retrieval import (
     BM25Retriever,
@@ -61,9 +62,11 @@ __all__ = [
     "FilterError",
     "HybridRetriever",
     "InvalidParameterError",
+    "KnowledgeBase",
     "PathFilterRetriever",
     "ReciprocalRankFusion",
     "SQLiteVectorStore",
+    "SearchSettings",
     "UnsupportedFilterError",
     "VectorRetriever",
     "WeightedScoreFusion",

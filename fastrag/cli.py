@@ -1,8 +1,9 @@
-"""The ``fastrag`` command line: index files, search them, evaluate on a BEIR dataset.
+"""The ``fastrag`` command line: index files, search them, answer questions with an LLM, evaluate on BEIR data.
 
-Exit codes: 0 success (including a search that matched nothing, which says so); 1 invalid input (a bad
-filter, regex, parameter or setting) or files that failed to index; 2 command-line usage error; 3 the store
-failed or cannot be opened (the message names the store).
+Exit codes: 0 success (including a search that matched nothing, or a question with no sources, which say
+so); 1 invalid input (a bad filter, regex, parameter or setting, or no LLM configured for ``ask``) or files
+that failed to index; 2 command-line usage error; 3 the store failed or cannot be opened (the message
+names the store; ``ask`` then never calls the LLM); 4 the LLM endpoint failed (``ask``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -25,6 +27,7 @@ T = TypeVar("T")
 
 EXIT_INVALID = 1
 EXIT_STORE = 3
+EXIT_LLM = 4
 
 
 def _run(fn: Callable[[], Awaitable[T]], store_url: str | None = None) -> T:
@@ -49,6 +52,15 @@ def _run(fn: Callable[[], Awaitable[T]], store_url: str | None = None) -> T:
 def _store_failed(exc: BackendError, store_url: str | None) -> NoReturn:
     message = str(exc) if exc.store else f"{store_url or 'store'}: {exc}"
     click.echo(f"error: store failed: {message}", err=True)
+    sys.exit(EXIT_STORE)
+
+
+def _retrieval_failed(error: BaseException | None, store_url: str | None) -> NoReturn:
+    errors = _leaves(error) if isinstance(error, BaseExceptionGroup) else [error]
+    backend = next((e for e in errors if isinstance(e, BackendError)), None)
+    if backend is not None:
+        _store_failed(backend, store_url)
+    click.echo(f"error: retrieval failed: {store_url or 'store'}: {type(error).__name__}: {error}", err=True)
     sys.exit(EXIT_STORE)
 
 
@@ -116,6 +128,46 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chu
 # --------------------------------------------------------------------------------------------- search
 
 
+@asynccontextmanager
+async def _open_retriever(
+    settings: Settings,
+    *,
+    include_glob: tuple[str, ...] = (),
+    exclude_glob: tuple[str, ...] = (),
+    path_filter: str | None = None,
+    rerank: str = "none",
+    rerank_model: str | None = None,
+    candidate_k: int = 40,
+) -> AsyncIterator[Any]:
+    """The retriever ``search`` and ``ask`` use: ``settings.mode`` over the existing store, path rules, an
+    optional reranker; stores, embedder and reranker are closed on exit."""
+    from fastrag.config import build_retriever
+    from fastrag.retrieval.path_filter import PathFilterRetriever
+    from fastrag.retrieval.reranking import RerankingRetriever
+
+    async with AsyncExitStack() as stack:
+        store, lexical = await stack.enter_async_context(open_stores(settings, create=False))
+        embedder = None
+        if settings.mode != "keyword":
+            embedder = await stack.enter_async_context(open_embedder(settings.embedding_model or store.embedding_model))
+            if store.embedding_model and embedder.name != store.embedding_model:
+                # the same refusal as `fastrag index`: query vectors of another model are meaningless here
+                raise ConfigurationError(
+                    f"{settings.store} was built with embedding model {store.embedding_model!r}, not "
+                    f"{embedder.name!r}; search it with the same model, or use --mode keyword"
+                )
+        retriever = build_retriever(settings.mode, store=store, embedder=embedder, lexical_store=lexical)
+        retriever = PathFilterRetriever(
+            retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None, path_filter=path_filter
+        )
+        if rerank != "none":
+            reranker = await stack.enter_async_context(
+                open_reranker(rerank, rerank_model, embedding_model=settings.embedding_model or store.embedding_model)
+            )
+            retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=candidate_k)
+        yield retriever
+
+
 @main.command()
 @click.argument("query")
 @click.option("--store", "store_url", help="Store URL (default: sqlite:///.fastrag/fastrag.db, or FASTRAG_STORE).")
@@ -141,41 +193,16 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
            as_json: bool, lexical_store_url: str | None, rerank: str, rerank_model: str | None,
            candidate_k: int) -> None:
     """Search the index for QUERY and print the best documents."""
-    from fastrag.config import build_retriever
     from fastrag.filters import parse_filter
-    from fastrag.retrieval.path_filter import PathFilterRetriever
 
     settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url})
 
     async def go() -> list[Document]:
         node = parse_filter(filter_json)
-        async with open_stores(settings, create=False) as (store, lexical):
-            embedder = None
-            if settings.mode != "keyword":
-                embedder = open_embedder(settings.embedding_model or store.embedding_model)
-            try:
-                if embedder is not None and store.embedding_model and embedder.name != store.embedding_model:
-                    # the same refusal as `fastrag index`: query vectors of another model are meaningless here
-                    raise ConfigurationError(
-                        f"{settings.store} was built with embedding model {store.embedding_model!r}, not "
-                        f"{embedder.name!r}; search it with the same model, or use --mode keyword"
-                    )
-                retriever = build_retriever(settings.mode, store=store, embedder=embedder, lexical_store=lexical)
-                retriever = PathFilterRetriever(
-                    retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None,
-                    path_filter=path_filter,
-                )
-                if rerank == "none":
-                    return await retriever.retrieve(query, k=top_k, filter=node)
-                from fastrag.retrieval.reranking import RerankingRetriever
-
-                embedding_model = settings.embedding_model or store.embedding_model
-                async with open_reranker(rerank, rerank_model, embedding_model=embedding_model) as reranker:
-                    reranking = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=candidate_k)
-                    return await reranking.retrieve(query, k=top_k, filter=node)
-            finally:
-                if embedder is not None:
-                    await embedder.aclose()
+        async with _open_retriever(settings, include_glob=include_glob, exclude_glob=exclude_glob,
+                                   path_filter=path_filter, rerank=rerank, rerank_model=rerank_model,
+                                   candidate_k=candidate_k) as retriever:
+            return await retriever.retrieve(query, k=top_k, filter=node)
 
     hits = _run(go, settings.store)
     if as_json:
@@ -191,6 +218,91 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
         snippet = " ".join(doc.content.split())[:200]
         click.echo(f"{doc.rank + 1:>2}. [{doc.score:.4f}] {doc.metadata.get(SOURCE_URI, doc.id)}  {title}")
         click.echo(f"    {snippet}")
+
+
+# ------------------------------------------------------------------------------------------------ ask
+
+
+@main.command()
+@click.argument("question")
+@click.option("--store", "store_url", help="Store URL (default: sqlite:///.fastrag/fastrag.db, or FASTRAG_STORE).")
+@click.option("--top-k", "-k", default=5, show_default=True, help="How many retrieved documents the LLM reads.")
+@click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid, or FASTRAG_MODE).")
+@click.option("--filter", "filter_json", help="Metadata filter as JSON (as for search).")
+@click.option("--lexical-store", "lexical_store_url",
+              help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
+@click.option("--rerank", type=click.Choice(("none", *RERANKERS)), default="none", show_default=True,
+              help="Rerank --candidate-k candidates before the LLM reads the best --top-k (as for search).")
+@click.option("--rerank-model", help="The reranker's model (as for search).")
+@click.option("--candidate-k", default=40, show_default=True, type=click.IntRange(min=1),
+              help="First-stage candidates the reranker reads (with --rerank).")
+@click.option("--llm-base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (or FASTRAG_LLM_BASE_URL).")
+@click.option("--llm-model", help="The model the endpoint serves (or FASTRAG_LLM_MODEL).")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer, its status, citations and sources as JSON.")
+def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
+        lexical_store_url: str | None, rerank: str, rerank_model: str | None, candidate_k: int,
+        llm_base_url: str | None, llm_model: str | None, as_json: bool) -> None:
+    """Answer QUESTION with an LLM from the indexed documents, citing them as [n].
+
+    Needs an OpenAI-compatible chat-completions endpoint (--llm-base-url and --llm-model, or
+    FASTRAG_LLM_BASE_URL and FASTRAG_LLM_MODEL; the key from FASTRAG_LLM_API_KEY or OPENAI_API_KEY).
+    When retrieval fails or finds nothing, the LLM is not asked.
+    """
+    import os
+
+    from fastrag.filters import parse_filter
+    from fastrag.llm import OpenAICompatibleLLM
+    from fastrag.querying import QueryEngine, retrieve_with_status
+
+    settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url,
+                          "llm_base_url": llm_base_url, "llm_model": llm_model})
+    if not settings.llm_base_url or not settings.llm_model:
+        click.echo("error: `fastrag ask` needs an LLM endpoint: set --llm-base-url and --llm-model (or "
+                   "FASTRAG_LLM_BASE_URL and FASTRAG_LLM_MODEL) to an OpenAI-compatible chat-completions server",
+                   err=True)
+        sys.exit(EXIT_INVALID)
+
+    async def go() -> Any:
+        node = parse_filter(filter_json)
+        async with OpenAICompatibleLLM(base_url=settings.llm_base_url, model=settings.llm_model,
+                                       api_key=os.environ.get("FASTRAG_LLM_API_KEY") or None) as llm:
+            async with _open_retriever(settings, rerank=rerank, rerank_model=rerank_model,
+                                       candidate_k=candidate_k) as retriever:
+                engine = QueryEngine(retriever=retriever, llm=llm, k=top_k)
+                retrieval = await retrieve_with_status(retriever, question, k=top_k, filter=node)
+                if retrieval.retrieval_failed:  # never ask the LLM without its sources
+                    _retrieval_failed(retrieval.error, settings.store)
+                try:
+                    return await engine.answer(question, retrieval)
+                except BackendError as exc:  # past retrieval, only the LLM calls a backend
+                    return exc
+
+    answer = _run(go, settings.store)
+    if isinstance(answer, BackendError):
+        click.echo(f"error: LLM failed: {settings.llm_base_url}: {answer}", err=True)
+        sys.exit(EXIT_LLM)
+    if as_json:
+        click.echo(json.dumps({
+            "question": question,
+            "answer": answer.text,
+            "status": answer.status,
+            "partial": answer.partial,
+            "citations": [{"number": c.number, "id": c.document.id} for c in answer.citations],
+            "invalid_citations": list(answer.invalid_citations),
+            "sources": [d.to_dict() for d in answer.sources],
+        }, ensure_ascii=False, indent=2))
+    else:
+        click.echo(answer.text)
+        if answer.sources:
+            cited = {c.number for c in answer.citations}
+            click.echo("\nSources:")
+            for number, doc in enumerate(answer.sources, start=1):
+                mark = "*" if number in cited else " "
+                title = doc.metadata.get(TITLE) or ""
+                click.echo(f"{mark}[{number}] {doc.metadata.get(SOURCE_URI, doc.id)}  {title}".rstrip())
+        if answer.partial:
+            click.echo("warning: some retrieval branches failed; the answer may miss what they would have found",
+                       err=True)
 
 
 # ----------------------------------------------------------------------------------------------- eval

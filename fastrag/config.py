@@ -10,7 +10,12 @@ setting                  environment variable         default
 ``embedding_model``      ``FASTRAG_EMBEDDING_MODEL``  the static model shipped in the package
 ``mode``                 ``FASTRAG_MODE``             ``hybrid``
 ``lexical_store``        ``FASTRAG_LEXICAL_STORE``    none: BM25 runs on ``store``
+``llm_base_url``         ``FASTRAG_LLM_BASE_URL``     none: ``fastrag ask`` needs an OpenAI-compatible endpoint
+``llm_model``            ``FASTRAG_LLM_MODEL``        none: the model name the endpoint serves
 =======================  ===========================  ======================================================
+
+The LLM's API key is read from the environment only, never from the TOML file: ``FASTRAG_LLM_API_KEY``,
+else ``OPENAI_API_KEY`` (a local server may need none).
 
 The TOML file is ``fastrag.toml`` in the working directory (or ``FASTRAG_CONFIG``), with the same keys
 under a ``[fastrag]`` table.
@@ -76,6 +81,10 @@ class Settings:
     """``"hybrid"``, ``"vector"`` or ``"keyword"``."""
     lexical_store: str | None = None
     """A second store for BM25, for a vector store without full text (Chroma); ``None``: ``store``."""
+    llm_base_url: str | None = None
+    """An OpenAI-compatible chat-completions endpoint's base URL, e.g. ``http://localhost:8000/v1``."""
+    llm_model: str | None = None
+    """The model the LLM endpoint serves."""
 
 
 _SQLITE_PREFIX = "sqlite:///"
@@ -85,6 +94,8 @@ _ENV = {
     "embedding_model": "FASTRAG_EMBEDDING_MODEL",
     "mode": "FASTRAG_MODE",
     "lexical_store": "FASTRAG_LEXICAL_STORE",
+    "llm_base_url": "FASTRAG_LLM_BASE_URL",
+    "llm_model": "FASTRAG_LLM_MODEL",
 }
 
 

@@ -19,7 +19,9 @@ from click.testing import CliRunner, Result
 
 from fastrag.cli import main
 
-_NO_FASTRAG_ENV = {"FASTRAG_STORE": None, "FASTRAG_MODE": None, "FASTRAG_EMBEDDING_MODEL": None, "FASTRAG_CONFIG": None}
+_NO_FASTRAG_ENV = {"FASTRAG_STORE": None, "FASTRAG_MODE": None, "FASTRAG_EMBEDDING_MODEL": None, "FASTRAG_CONFIG": None,
+                   "FASTRAG_LEXICAL_STORE": None, "FASTRAG_LLM_BASE_URL": None, "FASTRAG_LLM_MODEL": None,
+                   "FASTRAG_LLM_API_KEY": None}
 
 # A small tree: every file says "Field report", and each has words no other file has.
 FILES = {
@@ -563,3 +565,86 @@ def test_search_of_a_store_that_does_not_exist_exits_3_naming_it(
     assert result.exit_code == 3, result.output
     assert "No documents matched" not in result.output
     assert "typo" in result.stderr
+
+
+# ------------------------------------------------------------------------------------------------ ask
+
+
+@pytest.fixture
+def llm_server():
+    """An OpenAI-compatible chat-completions server whose model cites the source about pelicans."""
+    from fastrag.testing.http_server import ScriptedHTTPServer, chat_completion
+
+    def answer(body: dict) -> object:
+        prompt = body["messages"][-1]["content"]
+        # the model reads the numbered sources and cites the one that mentions a throat pouch
+        for block in prompt.split("\n["):
+            if "throat pouch" in block:
+                return chat_completion(f"Pelicans scoop fish with a throat pouch [{block.split(']')[0]}].")
+        return chat_completion("I do not know.")
+
+    with ScriptedHTTPServer([answer], path_prefix="/v1") as server:
+        yield server
+
+
+def llm_env(server) -> dict[str, str]:
+    return {"FASTRAG_LLM_BASE_URL": server.url, "FASTRAG_LLM_MODEL": "local-model", "FASTRAG_LLM_API_KEY": "sk-1"}
+
+
+def test_ask_answers_from_the_index_citing_the_retrieved_source(in_index: Path, llm_server) -> None:
+    result = cli("ask", "how do pelicans catch fish?", "--mode", "keyword", "--json", env=llm_env(llm_server))
+    assert result.exit_code == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["status"] == "answered" and payload["partial"] is False
+    sources = {d["id"]: d for d in payload["sources"]}
+    [citation] = payload["citations"]
+    cited = sources[citation["id"]]
+    assert cited["metadata"]["source_uri"] == "notes/pelican.md"
+    assert f"[{citation['number']}]" in payload["answer"]
+    assert payload["sources"][citation["number"] - 1]["id"] == citation["id"]
+    [request] = llm_server.requests
+    assert request.body["model"] == "local-model" and request.headers["authorization"] == "Bearer sk-1"
+    prompt = request.body["messages"][-1]["content"]
+    assert "notes/pelican.md" in prompt and "throat pouch" in prompt  # grounded: the sources are in the prompt
+
+    text = cli("ask", "how do pelicans catch fish?", "--mode", "keyword", env=llm_env(llm_server))
+    assert text.exit_code == 0
+    assert text.stdout.startswith("Pelicans scoop fish with a throat pouch [")
+    assert f"*[{citation['number']}] notes/pelican.md" in text.stdout  # cited sources are starred
+
+
+def test_ask_without_an_llm_endpoint_exits_1_saying_what_to_set(in_index: Path) -> None:
+    result = cli("ask", "how do pelicans catch fish?", env={"FASTRAG_LLM_BASE_URL": None, "FASTRAG_LLM_MODEL": None})
+    assert result.exit_code == 1 and "FASTRAG_LLM_BASE_URL" in result.stderr
+
+
+def test_ask_never_calls_the_llm_when_retrieval_fails_or_finds_nothing(
+    in_index: Path, llm_server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    none = cli("ask", "magma", "--mode", "keyword", env=llm_env(llm_server))
+    assert none.exit_code == 0 and "No sources were found" in none.stdout
+    assert llm_server.requests == []
+
+    from fastrag.errors import BackendError
+    from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+    async def fail(self, *args, **kwargs):
+        raise BackendError("disk I/O error")
+
+    monkeypatch.setattr(SQLiteVectorStore, "search_text", fail)
+    monkeypatch.setattr(SQLiteVectorStore, "search_vector", fail)
+    for mode in ("keyword", "hybrid"):
+        failed = cli("ask", "how do pelicans catch fish?", "--mode", mode, env=llm_env(llm_server))
+        assert failed.exit_code == 3, failed.stderr
+        assert DEFAULT_STORE in failed.stderr and "disk I/O error" in failed.stderr
+        assert failed.stdout == ""
+    assert llm_server.requests == []
+
+
+def test_ask_reports_an_llm_failure_with_exit_4(in_index: Path, llm_server) -> None:
+    from fastrag.testing.http_server import Reply
+
+    llm_server.script = [lambda body: Reply(401, {"error": {"message": "invalid api key"}})]
+    result = cli("ask", "how do pelicans catch fish?", "--mode", "keyword", env=llm_env(llm_server))
+    assert result.exit_code == 4
+    assert "LLM failed" in result.stderr and llm_server.url in result.stderr and "invalid api key" in result.stderr

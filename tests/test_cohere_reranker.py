@@ -7,13 +7,9 @@ those of the ``cohere`` SDK (``cohere/v2/raw_client.py``: ``{"model", "query", "
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -31,25 +27,11 @@ from fastrag.models import Document
 from fastrag.rerankers.cohere import CohereReranker
 from fastrag.retrieval.reranking import RerankingRetriever
 from fastrag.retry import RetryPolicy
+from fastrag.testing.http_server import Reply, ScriptedHTTPServer
 
 pytestmark = pytest.mark.anyio
 
 KEY = "test-key-123"
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-@dataclass
-class Recorded:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
 
 
 def score_of(text: str) -> float:
@@ -69,69 +51,13 @@ def rerank_ok(body: dict[str, Any]) -> Reply:
     return Reply(200, {"id": "abc", "results": results, "meta": {"api_version": {"version": "2"}}})
 
 
-class FakeCohere:
-    """A scripted /v2/rerank server: ``script`` answers each request in turn (the last one repeats)."""
-
-    def __init__(self) -> None:
-        self.requests: list[Recorded] = []
-        self.script: list[Callable[[dict[str, Any]], Reply]] = [rerank_ok]
-        self._lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                length = int(self.headers.get("content-length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                with outer._lock:
-                    outer.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                    step = outer.script[min(len(outer.requests) - 1, len(outer.script) - 1)]
-                reply = step(body)
-                if reply.delay:
-                    time.sleep(reply.delay)
-                payload = json.dumps(reply.body if reply.body is not None else {}).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    for name, value in reply.headers.items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except OSError:  # the client gave up (a timeout test)
-                    pass
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-
-    def wait_for_requests(self, n: int, within: float = 10.0) -> int:
-        """How many requests arrived, waiting up to ``within`` s for ``n`` of them.
-
-        A client that timed out may have sent its request before this server's handler thread
-        recorded it (the connection sits in the listen backlog on a busy machine), so counts after
-        a timeout are read with this rather than at once.
-        """
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            with self._lock:
-                if len(self.requests) >= n:
-                    break
-            time.sleep(0.01)
-        with self._lock:
-            return len(self.requests)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def FakeCohere() -> ScriptedHTTPServer:  # noqa: N802 - reads as the server it builds
+    """A scripted /v2/rerank server answering with ``rerank_ok`` until a test scripts otherwise."""
+    return ScriptedHTTPServer([rerank_ok])
 
 
 @pytest.fixture
-def server() -> Iterator[FakeCohere]:
+def server() -> Iterator[ScriptedHTTPServer]:
     fake = FakeCohere()
     yield fake
     fake.close()
@@ -153,12 +79,12 @@ def docs(n: int) -> list[Document]:
     return [Document(id=f"d{i}", content=f"doc {num} text", metadata={"source_uri": f"/p/{i}"}) for i, num in enumerate(numbers)]
 
 
-def reranker(server: FakeCohere, **kwargs: Any) -> CohereReranker:
+def reranker(server: ScriptedHTTPServer, **kwargs: Any) -> CohereReranker:
     kwargs.setdefault("retry", RetryPolicy(max_attempts=3, jitter=False, sleep=Sleeps()))
     return CohereReranker("rerank-v3.5", api_key=KEY, base_url=server.url, **kwargs)
 
 
-async def test_success_sends_cohere_request_shape_and_returns_scored_copies(server: FakeCohere) -> None:
+async def test_success_sends_cohere_request_shape_and_returns_scored_copies(server: ScriptedHTTPServer) -> None:
     candidates = docs(6)
     async with reranker(server) as r:
         out = await r.rerank("which doc is best?", candidates, k=3)
@@ -178,14 +104,14 @@ async def test_success_sends_cohere_request_shape_and_returns_scored_copies(serv
     assert candidates[0].score is None  # inputs untouched
 
 
-async def test_title_is_sent_with_the_content(server: FakeCohere) -> None:
+async def test_title_is_sent_with_the_content(server: ScriptedHTTPServer) -> None:
     async with reranker(server) as r:
         await r.rerank("q", [Document(id="a", content="body", metadata={"title": "Title"})])
     assert server.requests[0].body["documents"] == ["Title\nbody"]
     assert "top_n" not in server.requests[0].body or server.requests[0].body["top_n"] is None
 
 
-async def test_429_is_retried_after_retry_after_then_succeeds(server: FakeCohere) -> None:
+async def test_429_is_retried_after_retry_after_then_succeeds(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(429, {"message": "slow down"}, {"Retry-After": "2"}), rerank_ok]
     sleeps = Sleeps()
     async with reranker(server, retry=RetryPolicy(max_attempts=3, initial_backoff=0.1, sleep=sleeps)) as r:
@@ -195,7 +121,7 @@ async def test_429_is_retried_after_retry_after_then_succeeds(server: FakeCohere
     assert [d.score for d in out] == sorted((score_of(d.content) for d in docs(4)), reverse=True)
 
 
-async def test_429_every_time_raises_rate_limit_error_after_the_attempts(server: FakeCohere) -> None:
+async def test_429_every_time_raises_rate_limit_error_after_the_attempts(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(429, {"message": "slow down"}, {"Retry-After": "1"})]
     async with reranker(server) as r:
         with pytest.raises(RateLimitError) as info:
@@ -205,7 +131,7 @@ async def test_429_every_time_raises_rate_limit_error_after_the_attempts(server:
     assert "slow down" in str(info.value)
 
 
-async def test_401_raises_authentication_error_and_is_not_retried(server: FakeCohere) -> None:
+async def test_401_raises_authentication_error_and_is_not_retried(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(401, {"message": "invalid api token"})]
     async with reranker(server) as r:
         with pytest.raises(AuthenticationError, match="invalid api token"):
@@ -213,7 +139,7 @@ async def test_401_raises_authentication_error_and_is_not_retried(server: FakeCo
     assert len(server.requests) == 1
 
 
-async def test_403_is_an_authentication_error_too(server: FakeCohere) -> None:
+async def test_403_is_an_authentication_error_too(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(403, {"message": "forbidden"})]
     async with reranker(server) as r:
         with pytest.raises(AuthenticationError):
@@ -221,7 +147,7 @@ async def test_403_is_an_authentication_error_too(server: FakeCohere) -> None:
     assert len(server.requests) == 1
 
 
-async def test_400_is_a_backend_error_never_retried(server: FakeCohere) -> None:
+async def test_400_is_a_backend_error_never_retried(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(400, {"message": "model not found"})]
     async with reranker(server) as r:
         with pytest.raises(BackendError, match="model not found") as info:
@@ -230,14 +156,14 @@ async def test_400_is_a_backend_error_never_retried(server: FakeCohere) -> None:
     assert len(server.requests) == 1
 
 
-async def test_503_is_retried(server: FakeCohere) -> None:
+async def test_503_is_retried(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(503, {"message": "busy"}), rerank_ok]
     async with reranker(server) as r:
         out = await r.rerank("q", docs(3))
     assert len(server.requests) == 2 and len(out) == 3
 
 
-async def test_timeout_raises_typed_timeout_error_after_retrying(server: FakeCohere) -> None:
+async def test_timeout_raises_typed_timeout_error_after_retrying(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(200, rerank_ok(body).body, delay=5.0)]
     async with reranker(server, timeout=0.2, retry=RetryPolicy(max_attempts=2, sleep=Sleeps())) as r:
         start = time.monotonic()
@@ -249,7 +175,7 @@ async def test_timeout_raises_typed_timeout_error_after_retrying(server: FakeCoh
     assert server.wait_for_requests(3, within=0.3) == 2  # and not a third time
 
 
-async def test_oversized_candidate_list_is_batched_and_merged(server: FakeCohere) -> None:
+async def test_oversized_candidate_list_is_batched_and_merged(server: ScriptedHTTPServer) -> None:
     candidates = docs(25)
     async with reranker(server, max_documents_per_request=10) as r:
         out = await r.rerank("q", candidates, k=7)
@@ -265,14 +191,14 @@ async def test_oversized_candidate_list_is_batched_and_merged(server: FakeCohere
     assert len({int(d.id[1:]) // 10 for d in out}) > 1
 
 
-async def test_a_response_that_does_not_fit_the_request_is_an_error(server: FakeCohere) -> None:
+async def test_a_response_that_does_not_fit_the_request_is_an_error(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(200, {"results": [{"index": 7, "relevance_score": 0.5}]})]
     async with reranker(server) as r:
         with pytest.raises(BackendError, match="index"):
             await r.rerank("q", docs(2))
 
 
-async def test_api_key_from_environment_and_missing_key(monkeypatch: pytest.MonkeyPatch, server: FakeCohere) -> None:
+async def test_api_key_from_environment_and_missing_key(monkeypatch: pytest.MonkeyPatch, server: ScriptedHTTPServer) -> None:
     monkeypatch.delenv("CO_API_KEY", raising=False)
     monkeypatch.delenv("COHERE_API_KEY", raising=False)
     with pytest.raises(ConfigurationError, match="CO_API_KEY"):
@@ -283,7 +209,7 @@ async def test_api_key_from_environment_and_missing_key(monkeypatch: pytest.Monk
     assert server.requests[-1].headers["authorization"] == "Bearer from-env"
 
 
-async def test_injected_httpx_client_is_used_and_not_closed(server: FakeCohere) -> None:
+async def test_injected_httpx_client_is_used_and_not_closed(server: ScriptedHTTPServer) -> None:
     seen: list[str] = []
 
     async def hook(request: httpx.Request) -> None:
@@ -298,19 +224,19 @@ async def test_injected_httpx_client_is_used_and_not_closed(server: FakeCohere) 
     assert seen == [f"{server.url}/v2/rerank"]
 
 
-async def test_own_httpx_client_is_closed(server: FakeCohere) -> None:
+async def test_own_httpx_client_is_closed(server: ScriptedHTTPServer) -> None:
     r = reranker(server)
     await r.aclose()
     assert r._http.is_closed
 
 
-async def test_empty_candidates_send_nothing(server: FakeCohere) -> None:
+async def test_empty_candidates_send_nothing(server: ScriptedHTTPServer) -> None:
     async with reranker(server) as r:
         assert await r.rerank("q", []) == []
     assert server.requests == []
 
 
-async def test_reranking_retriever_over_cohere_keeps_first_stage_provenance(server: FakeCohere) -> None:
+async def test_reranking_retriever_over_cohere_keeps_first_stage_provenance(server: ScriptedHTTPServer) -> None:
     candidates = [d.ranked(score=10.0 - i, rank=i) for i, d in enumerate(docs(8))]
 
     class Fixed:
@@ -326,7 +252,7 @@ async def test_reranking_retriever_over_cohere_keeps_first_stage_provenance(serv
         assert doc.branches["reranker"].rank == rank and doc.score == score_of(candidates[i].content)
 
 
-async def test_base_url_from_the_environment(monkeypatch: pytest.MonkeyPatch, server: FakeCohere) -> None:
+async def test_base_url_from_the_environment(monkeypatch: pytest.MonkeyPatch, server: ScriptedHTTPServer) -> None:
     """CO_API_URL set after the SDK was imported still points the reranker at that server."""
     monkeypatch.setenv("CO_API_URL", server.url)
     async with CohereReranker(api_key="k") as r:

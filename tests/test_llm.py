@@ -8,12 +8,7 @@ reference: ``{"model", "messages": [{"role", "content"}], "temperature"?, "max_t
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -35,6 +30,7 @@ from fastrag.models import Document
 from fastrag.protocols import LLM
 from fastrag.querying import QueryEngine
 from fastrag.retry import RetryPolicy
+from fastrag.testing.http_server import Reply, ScriptedHTTPServer, chat_completion
 
 pytestmark = pytest.mark.anyio
 
@@ -42,31 +38,8 @@ KEY = "sk-test-123"
 MESSAGES = [ChatMessage("system", "Be brief."), ChatMessage("user", "Say hello")]
 
 
-@dataclass
-class Reply:
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-    raw: bytes | None = None
-
-
-@dataclass
-class Recorded:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
 def completion(text: str, *, model: str = "served-model", finish: str = "stop") -> Reply:
-    return Reply(200, {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
-    })
+    return chat_completion(text, model=model, finish_reason=finish)
 
 
 def echo(body: dict[str, Any]) -> Reply:
@@ -78,65 +51,13 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> C
     return lambda body: Reply(status, {"error": {"message": message, "type": "x", "code": None}}, headers or {})
 
 
-class FakeOpenAI:
-    """A scripted /v1/chat/completions server: ``script`` answers each request in turn (the last one repeats)."""
-
-    def __init__(self) -> None:
-        self.requests: list[Recorded] = []
-        self.script: list[Callable[[dict[str, Any]], Reply]] = [echo]
-        self._lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                length = int(self.headers.get("content-length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                with outer._lock:
-                    outer.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                    step = outer.script[min(len(outer.requests) - 1, len(outer.script) - 1)]
-                reply = step(body)
-                if reply.delay:
-                    time.sleep(reply.delay)
-                payload = reply.raw if reply.raw is not None else json.dumps(reply.body or {}).encode()
-                try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    for name, value in reply.headers.items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except OSError:  # the client gave up (a timeout test)
-                    pass
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-
-    def wait_for_requests(self, n: int, within: float = 10.0) -> int:
-        """How many requests arrived, waiting up to ``within`` s for ``n`` (a timed-out client's request may
-        still sit in the listen backlog)."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            with self._lock:
-                if len(self.requests) >= n:
-                    break
-            time.sleep(0.01)
-        with self._lock:
-            return len(self.requests)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def FakeOpenAI() -> ScriptedHTTPServer:  # noqa: N802 - reads as the server it builds
+    """A scripted /v1/chat/completions server answering with ``echo`` until a test scripts otherwise."""
+    return ScriptedHTTPServer([echo], path_prefix="/v1")
 
 
 @pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
+def server() -> Iterator[ScriptedHTTPServer]:
     fake = FakeOpenAI()
     yield fake
     fake.close()
@@ -152,13 +73,13 @@ class Sleeps:
         self.delays.append(seconds)
 
 
-def client(server: FakeOpenAI, **kwargs: Any) -> OpenAICompatibleLLM:
+def client(server: ScriptedHTTPServer, **kwargs: Any) -> OpenAICompatibleLLM:
     kwargs.setdefault("retry", RetryPolicy(max_attempts=3, jitter=False, sleep=Sleeps()))
     kwargs.setdefault("api_key", KEY)
     return OpenAICompatibleLLM(base_url=server.url, model="test-model", **kwargs)
 
 
-async def test_chat_sends_the_chat_completions_request_and_returns_the_reply(server: FakeOpenAI) -> None:
+async def test_chat_sends_the_chat_completions_request_and_returns_the_reply(server: ScriptedHTTPServer) -> None:
     async with client(server) as llm:
         assert isinstance(llm, LLM)
         reply = await llm.chat(MESSAGES)
@@ -173,7 +94,7 @@ async def test_chat_sends_the_chat_completions_request_and_returns_the_reply(ser
     }  # no temperature, no max_tokens: the server's defaults apply
 
 
-async def test_temperature_and_max_tokens_are_sent_when_set(server: FakeOpenAI) -> None:
+async def test_temperature_and_max_tokens_are_sent_when_set(server: ScriptedHTTPServer) -> None:
     async with client(server) as llm:
         await llm.chat(MESSAGES, temperature=0.0, max_tokens=64)
         await llm.chat(MESSAGES, max_tokens=8)
@@ -182,7 +103,7 @@ async def test_temperature_and_max_tokens_are_sent_when_set(server: FakeOpenAI) 
     assert "temperature" not in server.requests[1].body and server.requests[1].body["max_tokens"] == 8
 
 
-async def test_complete_reports_model_finish_reason_and_usage(server: FakeOpenAI) -> None:
+async def test_complete_reports_model_finish_reason_and_usage(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: completion("cut off", model="gpt-x-2024", finish="length")]
     async with client(server) as llm:
         out = await llm.complete(MESSAGES, max_tokens=2)
@@ -192,14 +113,14 @@ async def test_complete_reports_model_finish_reason_and_usage(server: FakeOpenAI
     )
 
 
-async def test_extra_headers_and_trailing_slash_in_base_url(server: FakeOpenAI) -> None:
+async def test_extra_headers_and_trailing_slash_in_base_url(server: ScriptedHTTPServer) -> None:
     async with OpenAICompatibleLLM(base_url=server.url + "/", model="m", api_key=KEY, headers={"OpenAI-Project": "p1"}) as llm:
         await llm.chat(MESSAGES)
     assert server.requests[0].path == "/v1/chat/completions"
     assert server.requests[0].headers["openai-project"] == "p1"
 
 
-async def test_api_key_from_environment_or_none(monkeypatch: pytest.MonkeyPatch, server: FakeOpenAI) -> None:
+async def test_api_key_from_environment_or_none(monkeypatch: pytest.MonkeyPatch, server: ScriptedHTTPServer) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     async with OpenAICompatibleLLM(base_url=server.url, model="m") as llm:
         await llm.chat(MESSAGES)
@@ -210,7 +131,7 @@ async def test_api_key_from_environment_or_none(monkeypatch: pytest.MonkeyPatch,
     assert "authorization" not in server.requests[-1].headers
 
 
-async def test_401_raises_authentication_error_with_the_server_message_and_is_not_retried(server: FakeOpenAI) -> None:
+async def test_401_raises_authentication_error_with_the_server_message_and_is_not_retried(server: ScriptedHTTPServer) -> None:
     server.script = [error(401, "Incorrect API key provided")]
     async with client(server) as llm:
         with pytest.raises(AuthenticationError, match="Incorrect API key provided"):
@@ -218,7 +139,7 @@ async def test_401_raises_authentication_error_with_the_server_message_and_is_no
     assert len(server.requests) == 1
 
 
-async def test_403_is_an_authentication_error(server: FakeOpenAI) -> None:
+async def test_403_is_an_authentication_error(server: ScriptedHTTPServer) -> None:
     server.script = [error(403, "forbidden")]
     async with client(server) as llm:
         with pytest.raises(AuthenticationError):
@@ -227,7 +148,7 @@ async def test_403_is_an_authentication_error(server: FakeOpenAI) -> None:
 
 
 @pytest.mark.parametrize("status", [400, 404, 422])
-async def test_other_4xx_is_a_backend_error_with_the_message_never_retried(server: FakeOpenAI, status: int) -> None:
+async def test_other_4xx_is_a_backend_error_with_the_message_never_retried(server: ScriptedHTTPServer, status: int) -> None:
     server.script = [error(status, "The model `nope` does not exist")]
     async with client(server) as llm:
         with pytest.raises(BackendError, match="The model `nope` does not exist") as info:
@@ -236,7 +157,7 @@ async def test_other_4xx_is_a_backend_error_with_the_message_never_retried(serve
     assert len(server.requests) == 1
 
 
-async def test_429_is_retried_after_retry_after_then_succeeds(server: FakeOpenAI) -> None:
+async def test_429_is_retried_after_retry_after_then_succeeds(server: ScriptedHTTPServer) -> None:
     server.script = [error(429, "slow down", {"Retry-After": "2"}), echo]
     sleeps = Sleeps()
     async with client(server, retry=RetryPolicy(max_attempts=3, initial_backoff=0.1, sleep=sleeps)) as llm:
@@ -245,7 +166,7 @@ async def test_429_is_retried_after_retry_after_then_succeeds(server: FakeOpenAI
     assert len(sleeps.delays) == 1 and sleeps.delays[0] >= 2.0
 
 
-async def test_429_every_time_raises_rate_limit_error_after_the_attempts(server: FakeOpenAI) -> None:
+async def test_429_every_time_raises_rate_limit_error_after_the_attempts(server: ScriptedHTTPServer) -> None:
     server.script = [error(429, "slow down", {"retry-after-ms": "1500"})]
     async with client(server) as llm:
         with pytest.raises(RateLimitError, match="slow down") as info:
@@ -255,14 +176,14 @@ async def test_429_every_time_raises_rate_limit_error_after_the_attempts(server:
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
-async def test_5xx_is_retried(server: FakeOpenAI, status: int) -> None:
+async def test_5xx_is_retried(server: ScriptedHTTPServer, status: int) -> None:
     server.script = [error(status, "busy"), echo]
     async with client(server) as llm:
         assert await llm.chat(MESSAGES) == "SAY HELLO"
     assert len(server.requests) == 2
 
 
-async def test_503_every_time_raises_temporarily_unavailable(server: FakeOpenAI) -> None:
+async def test_503_every_time_raises_temporarily_unavailable(server: ScriptedHTTPServer) -> None:
     server.script = [error(503, "overloaded")]
     async with client(server) as llm:
         with pytest.raises(BackendTemporarilyUnavailableError, match="overloaded") as info:
@@ -271,7 +192,7 @@ async def test_503_every_time_raises_temporarily_unavailable(server: FakeOpenAI)
     assert len(server.requests) == 3
 
 
-async def test_timeout_raises_typed_timeout_error_after_retrying(server: FakeOpenAI) -> None:
+async def test_timeout_raises_typed_timeout_error_after_retrying(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(200, echo(body).body, delay=5.0)]
     async with client(server, timeout=0.2, retry=RetryPolicy(max_attempts=2, sleep=Sleeps())) as llm:
         with pytest.raises(RetrievalTimeoutError) as info:
@@ -305,7 +226,7 @@ async def test_connection_refused_is_temporarily_unavailable_and_retried() -> No
     ],
     ids=["not-json", "no-choices", "null-content", "no-content", "no-choices-key", "a-list"],
 )
-async def test_a_malformed_response_is_a_backend_error_not_retried(server: FakeOpenAI, reply: Reply) -> None:
+async def test_a_malformed_response_is_a_backend_error_not_retried(server: ScriptedHTTPServer, reply: Reply) -> None:
     server.script = [lambda body: reply]
     async with client(server) as llm:
         with pytest.raises(BackendError) as info:
@@ -314,7 +235,7 @@ async def test_a_malformed_response_is_a_backend_error_not_retried(server: FakeO
     assert len(server.requests) == 1
 
 
-async def test_injected_http_client_is_used_and_not_closed(server: FakeOpenAI) -> None:
+async def test_injected_http_client_is_used_and_not_closed(server: ScriptedHTTPServer) -> None:
     seen: list[str] = []
 
     async def hook(request: httpx.Request) -> None:
@@ -329,7 +250,7 @@ async def test_injected_http_client_is_used_and_not_closed(server: FakeOpenAI) -
     assert seen == [f"{server.url}/chat/completions"]
 
 
-async def test_own_http_client_is_closed_and_a_closed_client_refuses_calls(server: FakeOpenAI) -> None:
+async def test_own_http_client_is_closed_and_a_closed_client_refuses_calls(server: ScriptedHTTPServer) -> None:
     llm = client(server)
     await llm.aclose()
     assert llm._http.is_closed
@@ -359,7 +280,7 @@ def test_bad_settings_are_refused_when_built(kwargs: dict[str, Any], error_type:
         OpenAICompatibleLLM(**settings)
 
 
-async def test_bad_call_arguments_are_refused_before_any_request(server: FakeOpenAI) -> None:
+async def test_bad_call_arguments_are_refused_before_any_request(server: ScriptedHTTPServer) -> None:
     async with client(server) as llm:
         for messages, kwargs in [
             ([], {}),
@@ -382,7 +303,7 @@ def test_chat_message_validates_role_and_content() -> None:
         ChatMessage("user", None)  # type: ignore[arg-type]
 
 
-async def test_query_engine_over_the_http_client_cites_the_retrieved_documents(server: FakeOpenAI) -> None:
+async def test_query_engine_over_the_http_client_cites_the_retrieved_documents(server: ScriptedHTTPServer) -> None:
     docs = [
         Document(id="bm25", content="BM25 ranks documents by term frequency.", metadata={"title": "BM25", "source_uri": "bm25.md"}),
         Document(id="rrf", content="RRF fuses ranked lists.", metadata={"title": "RRF", "source_uri": "rrf.md"}),

@@ -1,0 +1,1405 @@
+"""A knowledge base: stores, embedder, sources, metadata schema and search settings behind one object.
+
+::
+
+    async with KnowledgeBase("sqlite:///kb.db", sources=["docs/"], fields={"year": "long"}) as kb:
+        await kb.sync()                                   # index the sources (incremental)
+        await kb.add_documents(notes, user_id="alice")    # alice's own notes
+        docs = await kb.search("how are documents ranked?", user_id="alice", top_k=5)
+        tool = kb.as_tool(user_id="alice")                # a function-calling tool over the same search
+
+Search settings resolve field by field: the request (keyword arguments of :meth:`KnowledgeBase.search`),
+then the knowledge base (``settings=``), then :data:`SYSTEM_DEFAULTS` (hybrid search, weighted min-max
+fusion 0.7 dense / 0.3 BM25, 20 results). :meth:`KnowledgeBase.search_result` returns the resolved
+settings, where each came from, and which strategy ran.
+
+Writes go to the vector store and, when there is a separate one, the lexical (BM25) store: every
+``add_documents``, ``delete`` and ``clear`` hits both, so the two indexes hold the same documents. Nothing
+is rebuilt when a persisted knowledge base is opened again; :meth:`KnowledgeBase.sync` re-embeds only the
+files that changed.
+
+Scoping (tenants): ``user_id=``, ``agent_id=`` or ``scope={"any_key": value}`` on a write stamps the
+documents with those keys and stores them under scope-qualified ids; on a search, count or delete it
+confines the call to documents carrying all of those keys (see :class:`KnowledgeBase`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field, fields as dataclass_fields, replace
+from functools import partial
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from urllib.parse import quote, unquote
+
+import anyio
+
+from fastrag.config import DEFAULT_STORE_URL
+from fastrag.errors import (
+    ConfigurationError,
+    FilterError,
+    InvalidParameterError,
+    UnknownParameterError,
+)
+from fastrag.filters import (
+    RANGE_OPERATORS,
+    SET_OPERATORS,
+    And,
+    Comparison,
+    Filter,
+    FilterLike,
+    Not,
+    Or,
+    combine_filters,
+    is_native_filter,
+    matches,
+    parse_date,
+    parse_filter,
+)
+from fastrag.filters import field as filter_field
+from fastrag.models import (
+    CHUNK_INDEX,
+    CONTENT_HASH,
+    LANGUAGE,
+    PARENT_ID,
+    RESERVED_KEYS,
+    SOURCE_URI,
+    TITLE,
+    Document,
+)
+from fastrag.retrieval.limits import MAX_K
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fastrag.ingestion.pipeline import IngestionReport
+    from fastrag.protocols import Embedder, Reranker
+    from fastrag.retrieval.result import RetrievalResult
+    from fastrag.tool import KnowledgeBaseTool
+
+__all__ = [
+    "AUTO_DIRECT_MAX",
+    "AUTO_RERANK_MIN",
+    "AUTO_WIDE_RETRIEVAL_K",
+    "FIELD_TYPES",
+    "FUSIONS",
+    "SEARCH_MODES",
+    "SYSTEM_DEFAULTS",
+    "KnowledgeBase",
+    "ResolvedSearchSettings",
+    "SearchResponse",
+    "SearchSettings",
+    "resolve_settings",
+]
+
+logger = logging.getLogger("fastrag.knowledge_base")
+
+SearchMode: TypeAlias = Literal["vector", "keyword", "hybrid", "auto"]
+SEARCH_MODES: tuple[str, ...] = ("vector", "keyword", "hybrid", "auto")
+"""``"vector"`` (dense k-NN), ``"keyword"`` (BM25), ``"hybrid"`` (both, fused), ``"auto"`` (by corpus size)."""
+FUSIONS: tuple[str, ...] = ("weighted", "rrf")
+"""``"weighted"``: :class:`~fastrag.retrieval.fusion.WeightedScoreFusion` on min-max normalised scores;
+``"rrf"``: :class:`~fastrag.retrieval.fusion.ReciprocalRankFusion` with ``rank_constant`` and the weights."""
+FIELD_TYPES: tuple[str, ...] = ("string", "long", "double", "date", "list", "boolean")
+"""The metadata field types a knowledge base can declare (see :class:`KnowledgeBase`, ``fields=``)."""
+
+Origin: TypeAlias = Literal["request", "knowledge_base", "default"]
+
+AUTO_DIRECT_MAX = 40
+"""``"auto"`` runs ``"direct"`` retrieval (one exact dense pass, no fusion) at or below this many documents.
+
+Reasoning: 40 is the default ``retrieval_k``. A corpus this small is handed whole to each hybrid branch,
+so the first stage selects nothing and fusion cannot add recall; one exact k-NN pass (SQLite's dense
+search scores every vector) ranks every document, including those that share no word with the question,
+which BM25 never returns (and BM25's IDF is noisy over a few dozen documents). An engineering default, not
+a measured optimum: override it with ``auto_direct_max``."""
+AUTO_RERANK_MIN = 10_000
+"""``"auto"`` adds a reranker (when ``rerank_model`` is set) from this many documents up.
+
+Reasoning: a reranker costs the same per query whatever the corpus size (``retrieval_k`` candidates), while
+the share of near-miss candidates in a first-stage top-k grows with the corpus; from about ten thousand
+chunks (a few hundred documents' worth) the fixed cost buys precision. Without a reranker, ``"auto"``
+instead widens ``retrieval_k`` to :data:`AUTO_WIDE_RETRIEVAL_K`. An engineering default, not a measured
+optimum: override it with ``auto_rerank_min``."""
+AUTO_WIDE_RETRIEVAL_K = 100
+"""The per-branch candidates ``"auto"`` uses on a large corpus without a reranker (unless ``retrieval_k``
+was set explicitly): deeper lists let fusion surface a document one branch ranks low (100 matches the
+Recall@100 the evaluation reports)."""
+
+_TENANT = "tenant"  # internal field type of user_id / agent_id: a str or an int
+_IMPLICIT_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        SOURCE_URI: "string",
+        TITLE: "string",
+        LANGUAGE: "string",
+        PARENT_ID: "string",
+        CHUNK_INDEX: "long",
+        CONTENT_HASH: "string",
+        "headings": "list",  # fastrag.ingestion.pipeline.HEADINGS
+        "chunker": "string",  # fastrag.ingestion.pipeline.CHUNKER
+        "section_index": "long",  # fastrag.retrieval.sections: where a chunk lies in its parsed section
+        "section_start": "long",
+        "section_end": "long",
+        "user_id": _TENANT,
+        "agent_id": _TENANT,
+    }
+)
+
+_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
+_SEGMENT = rf"{_KEY}(?:=[A-Za-z0-9_.~%-]+|#-?[0-9]+)"
+_SCOPED_ID = re.compile(rf"^({_SEGMENT}(?:&{_SEGMENT})*)::(.*)$", re.DOTALL)
+_KEY_RE = re.compile(rf"^{_KEY}$")
+_SEPARATOR = "::"
+
+
+# ------------------------------------------------------------------------------------------- settings
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    """Search settings; every field is optional and ``None`` means "inherit from the next layer".
+
+    Layers, first match wins: the request, the knowledge base, :data:`SYSTEM_DEFAULTS` (see
+    :func:`resolve_settings`).
+
+    Raises:
+        InvalidParameterError: a field is of the wrong type or out of range (checked per field; checks
+            across fields happen in :func:`resolve_settings`).
+    """
+
+    search_mode: str | None = None
+    """``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"auto"`` (see :data:`SEARCH_MODES`)."""
+    vector_weight: float | None = None
+    """Weight of the dense branch in hybrid fusion; a finite number >= 0."""
+    keyword_weight: float | None = None
+    """Weight of the BM25 branch in hybrid fusion; a finite number >= 0 (not both weights 0)."""
+    fusion: str | None = None
+    """``"weighted"`` (min-max normalised scores, weighted sum) or ``"rrf"`` (see :data:`FUSIONS`)."""
+    rank_constant: float | None = None
+    """RRF's ``k`` (Cormack et al. 2009 use 60), a finite number > 0; only used when ``fusion="rrf"``."""
+    rerank: bool | None = None
+    """Rerank the first stage's ``retrieval_k`` candidates with ``rerank_model``."""
+    rerank_model: Any = None
+    """The reranker: ``"embedder"`` (:class:`~fastrag.rerankers.EmbedderReranker` over the knowledge base's
+    embedder), ``"cohere"`` or ``"cohere:<model>"`` (:class:`~fastrag.rerankers.CohereReranker`, API key from
+    the environment), a local cross-encoder folder (:class:`~fastrag.rerankers.CrossEncoderReranker`), or
+    any :class:`~fastrag.protocols.Reranker` object."""
+    retrieval_k: int | None = None
+    """Candidates per hybrid branch, and candidates handed to the reranker; an int in [1, 10,000]."""
+    top_k: int | None = None
+    """How many documents a search returns (at most); an int in [1, 10,000]."""
+    auto_direct_max: int | None = None
+    """``"auto"``: the largest corpus searched by ``"direct"`` retrieval (see :data:`AUTO_DIRECT_MAX`)."""
+    auto_rerank_min: int | None = None
+    """``"auto"``: the smallest corpus that gets a reranker (see :data:`AUTO_RERANK_MIN`)."""
+
+    def __post_init__(self) -> None:
+        if self.search_mode is not None and self.search_mode not in SEARCH_MODES:
+            raise InvalidParameterError(
+                f"search_mode must be one of {', '.join(SEARCH_MODES)}, got {self.search_mode!r}"
+            )
+        for name in ("vector_weight", "keyword_weight"):
+            value = getattr(self, name)
+            if value is not None and (not _is_number(value) or not math.isfinite(value) or value < 0):
+                raise InvalidParameterError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.fusion is not None and self.fusion not in FUSIONS:
+            raise InvalidParameterError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
+        rc = self.rank_constant
+        if rc is not None and (not _is_number(rc) or not math.isfinite(rc) or rc <= 0):
+            raise InvalidParameterError(f"rank_constant must be a finite number > 0, got {rc!r}")
+        if self.rerank is not None and not isinstance(self.rerank, bool):
+            raise InvalidParameterError(f"rerank must be true or false, got {self.rerank!r}")
+        model = self.rerank_model
+        if model is not None:
+            if isinstance(model, str):
+                if not model.strip():
+                    raise InvalidParameterError("rerank_model must not be empty")
+                if model.startswith("cohere:") and not model[len("cohere:") :].strip():
+                    raise InvalidParameterError(f"rerank_model {model!r} names no Cohere model")
+            elif not callable(getattr(model, "rerank", None)):
+                raise InvalidParameterError(
+                    f"rerank_model must be a reranker spec (str) or an object with rerank(), got {model!r}"
+                )
+        for name, low in (("retrieval_k", 1), ("top_k", 1), ("auto_direct_max", 0), ("auto_rerank_min", 1)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InvalidParameterError(f"{name} must be an int >= {low}, got {value!r}")
+            if name in ("retrieval_k", "top_k") and value > MAX_K:
+                raise InvalidParameterError(f"{name} must be at most {MAX_K}, got {value}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> SearchSettings:
+        """Settings from a mapping of field names (a TOML table, keyword arguments).
+
+        Raises:
+            UnknownParameterError: a key is not a field name (the message lists the fields).
+            InvalidParameterError: a value is invalid.
+        """
+        known = [f.name for f in dataclass_fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise UnknownParameterError(f"unknown search setting(s) {unknown}; known: {known}")
+        return cls(**dict(values))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that are set (not ``None``), by name."""
+        return {f.name: getattr(self, f.name) for f in dataclass_fields(self) if getattr(self, f.name) is not None}
+
+
+SYSTEM_DEFAULTS = SearchSettings(
+    search_mode="hybrid",
+    vector_weight=0.7,
+    keyword_weight=0.3,
+    fusion="weighted",
+    rank_constant=60,
+    rerank=False,
+    rerank_model=None,
+    retrieval_k=40,
+    top_k=20,
+    auto_direct_max=AUTO_DIRECT_MAX,
+    auto_rerank_min=AUTO_RERANK_MIN,
+)
+"""The last layer of resolution: hybrid search, weighted min-max fusion 0.7 dense / 0.3 BM25 (RRF's
+``rank_constant`` 60, Cormack et al. 2009, when ``fusion="rrf"``), no reranking and no reranker, 40 candidates
+per branch (as :class:`~fastrag.retrieval.hybrid.HybridRetriever`), 20 results, and the ``"auto"`` thresholds
+:data:`AUTO_DIRECT_MAX` and :data:`AUTO_RERANK_MIN`.
+
+With the static model shipped in fastrag, measurements favour BM25 much more (0.9 BM25 / 0.1 dense, see
+:data:`~fastrag.retrieval.hybrid.LEXICAL_WEIGHT_BY_EMBEDDER`): set ``keyword_weight=0.9, vector_weight=0.1``
+on such a knowledge base."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedSearchSettings:
+    """Search settings after resolution: every field set, and where each value came from.
+
+    The fields mean what they mean on :class:`SearchSettings`; ``rerank_model`` may be ``None`` (no
+    reranker configured anywhere).
+
+    Attributes:
+        origins: for each field name, ``"request"``, ``"knowledge_base"`` or ``"default"``.
+    """
+
+    search_mode: str
+    vector_weight: float
+    keyword_weight: float
+    fusion: str
+    rank_constant: float
+    rerank: bool
+    rerank_model: Any
+    retrieval_k: int
+    top_k: int
+    auto_direct_max: int
+    auto_rerank_min: int
+    origins: Mapping[str, Origin] = field(default_factory=lambda: MappingProxyType({}))
+
+    def origin(self, name: str) -> Origin:
+        """Where setting ``name`` came from: ``"request"``, ``"knowledge_base"`` or ``"default"``.
+
+        Raises:
+            UnknownParameterError: ``name`` is not a setting.
+        """
+        if name not in self.origins:
+            raise UnknownParameterError(f"unknown search setting {name!r}; known: {sorted(self.origins)}")
+        return self.origins[name]
+
+
+def resolve_settings(
+    request: SearchSettings | None = None,
+    knowledge_base: SearchSettings | None = None,
+    *,
+    defaults: SearchSettings = SYSTEM_DEFAULTS,
+) -> ResolvedSearchSettings:
+    """Resolve each field: ``request`` if set there, else ``knowledge_base``, else ``defaults``.
+
+    Then checks across fields:
+
+    * ``vector_weight`` and ``keyword_weight`` are not both 0;
+    * ``auto_rerank_min`` is greater than ``auto_direct_max``;
+    * with ``rerank`` true: a ``rerank_model`` is set, and ``retrieval_k >= top_k`` (reranking fewer
+      candidates than are returned is a mistake). When ``retrieval_k`` comes from the defaults it is
+      raised to ``top_k`` instead.
+
+    Args:
+        request: the call's settings.
+        knowledge_base: the knowledge base's settings.
+        defaults: the last layer (every field but ``rerank_model`` must be set there).
+
+    Raises:
+        InvalidParameterError: a check above fails (the message says where each value came from), or
+            ``defaults`` leaves a field unset.
+    """
+    layers: list[tuple[Origin, SearchSettings | None]] = [
+        ("request", request),
+        ("knowledge_base", knowledge_base),
+        ("default", defaults),
+    ]
+    values: dict[str, Any] = {}
+    origins: dict[str, Origin] = {}
+    for f in dataclass_fields(SearchSettings):
+        for origin, layer in layers:
+            value = None if layer is None else getattr(layer, f.name)
+            if value is not None:
+                values[f.name], origins[f.name] = value, origin
+                break
+        else:
+            if f.name != "rerank_model":
+                raise InvalidParameterError(f"defaults leave {f.name!r} unset")
+            values[f.name], origins[f.name] = None, "default"
+
+    def said(name: str) -> str:
+        return f"{name}={values[name]!r} (from the {origins[name].replace('_', ' ')})"
+
+    if values["vector_weight"] == 0 and values["keyword_weight"] == 0:
+        raise InvalidParameterError(
+            f"vector_weight and keyword_weight cannot both be 0: {said('vector_weight')}, {said('keyword_weight')}"
+        )
+    if values["auto_rerank_min"] <= values["auto_direct_max"]:
+        raise InvalidParameterError(
+            f"auto_rerank_min must be greater than auto_direct_max: {said('auto_rerank_min')}, "
+            f"{said('auto_direct_max')}"
+        )
+    if values["rerank"]:
+        if values["rerank_model"] is None:
+            raise InvalidParameterError(f"{said('rerank')} needs a rerank_model (none is set)")
+        if values["retrieval_k"] < values["top_k"]:
+            if origins["retrieval_k"] != "default":
+                raise InvalidParameterError(
+                    f"reranking needs retrieval_k >= top_k: {said('retrieval_k')}, {said('top_k')}"
+                )
+            values["retrieval_k"] = values["top_k"]
+    return ResolvedSearchSettings(**values, origins=MappingProxyType(origins))
+
+
+# ------------------------------------------------------------------------------------------ response
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResponse:
+    """The outcome of one :meth:`KnowledgeBase.search_result` call.
+
+    Attributes:
+        documents: best first, at most ``settings.top_k``; each a copy stamped with ``score`` (higher is
+            better; its range is the last stage's: cosine in [-1, 1] for vector and direct, BM25 unbounded
+            > 0 for keyword, [0, 1] for weighted fusion, ``(0, sum of weights / (rank_constant + 1)]`` for
+            RRF, the reranker's own for a reranked search) and zero-based ``rank``. Empty when the call
+            failed or nothing matched.
+        settings: the resolved settings, with where each came from.
+        strategy: what ran: ``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"direct"`` (one exact dense
+            pass, chosen by ``"auto"``), with ``"+rerank"`` appended when a reranker narrowed the result.
+        corpus_size: with ``"auto"``, the number of documents the call could see (its scope and filter),
+            which chose the strategy; ``None`` otherwise.
+        error: why the call failed, or ``None`` (see :class:`~fastrag.retrieval.result.RetrievalResult`).
+        failed_branches: ``{branch: error}`` for every failed branch.
+        partial: ``True`` when some branches failed and the result comes from the others.
+        timings: wall-clock seconds per stage (``"total"`` for the whole retrieval).
+    """
+
+    documents: tuple[Document, ...]
+    settings: ResolvedSearchSettings
+    strategy: str
+    corpus_size: int | None = None
+    error: Exception | None = None
+    failed_branches: Mapping[str, Exception] = field(default_factory=lambda: MappingProxyType({}))
+    partial: bool = False
+    timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def retrieval_failed(self) -> bool:
+        """``True`` when the call failed: the empty ``documents`` mean nothing."""
+        return self.error is not None
+
+
+# --------------------------------------------------------------------------------------------- scopes
+
+
+def _scope_of(user_id: Any, agent_id: Any, scope: Mapping[str, Any] | None) -> dict[str, str | int]:
+    """The tenant keys of one call, checked."""
+    merged: dict[str, Any] = {}
+    if scope is not None:
+        if not isinstance(scope, Mapping):
+            raise InvalidParameterError(f"scope must be a mapping of metadata key to value, got {scope!r}")
+        merged.update(scope)
+    for key, value in (("user_id", user_id), ("agent_id", agent_id)):
+        if value is None:
+            continue
+        if key in merged and merged[key] != value:
+            raise InvalidParameterError(f"{key}={value!r} contradicts scope[{key!r}]={merged[key]!r}")
+        merged[key] = value
+    for key, value in merged.items():
+        if not isinstance(key, str) or not _KEY_RE.match(key):
+            raise InvalidParameterError(f"scope keys must be identifiers (letters, digits, _), got {key!r}")
+        if key in RESERVED_KEYS or (key in _IMPLICIT_FIELDS and _IMPLICIT_FIELDS[key] != _TENANT):
+            raise InvalidParameterError(f"scope key {key!r} is a reserved metadata key")
+        if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+            raise InvalidParameterError(f"scope value of {key!r} must be a non-empty str or an int, got {value!r}")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidParameterError(f"scope value of {key!r} is not valid Unicode") from exc
+    return merged
+
+
+def _segment(key: str, value: str | int) -> str:
+    return f"{key}#{value}" if isinstance(value, int) else f"{key}={quote(value, safe='')}"
+
+
+def _prefix(scope: Mapping[str, str | int]) -> str:
+    return "&".join(_segment(key, scope[key]) for key in sorted(scope))
+
+
+def _parse_prefix(prefix: str) -> dict[str, str | int]:
+    out: dict[str, str | int] = {}
+    for segment in prefix.split("&"):
+        if "#" in segment:
+            key, _, number = segment.partition("#")
+            out[key] = int(number)
+        else:
+            key, _, text = segment.partition("=")
+            out[key] = unquote(text)
+    return out
+
+
+def _check_id(doc_id: str) -> None:
+    if _SCOPED_ID.match(doc_id):
+        raise InvalidParameterError(
+            f"document id {doc_id!r} starts like a scoped id ('key=value::'); a knowledge base writes such ids "
+            "itself: pass the scope as user_id=, agent_id= or scope= instead"
+        )
+
+
+class _ScopedStore:
+    """One call's view of a store: writes stamped with the scope and stored under scope-qualified ids,
+    reads and deletes confined to documents carrying every scope key.
+
+    A stored id is ``"<k1>=<v1>&<k2>=<v2>::<id>"`` (keys sorted, string values percent-encoded, integers as
+    ``<k>#<n>``), so two scopes never share a stored id, even when their values are equal (``user_id=alice``
+    and ``agent_id=alice``). An unscoped write keeps the plain id. A read shows the id less the segments
+    the read's own scope fixes: ``"x"`` to the scope that wrote it, ``"agent_id=a1::x"`` to the wider
+    ``user_id`` scope, so distinct documents never show the same id.
+    """
+
+    def __init__(self, store: Any, scope: Mapping[str, str | int]) -> None:
+        self.store = store
+        self.scope = dict(scope)
+        self._filter: Filter | None = combine_filters(*[filter_field(k) == v for k, v in sorted(self.scope.items())])
+
+    # ids
+    def stored_id(self, doc_id: str) -> str:
+        if not isinstance(doc_id, str) or not doc_id:
+            raise InvalidParameterError(f"ids must be non-empty strings, got {doc_id!r}")
+        if not self.scope:
+            return doc_id
+        match = _SCOPED_ID.match(doc_id)
+        if match:  # an id this view showed for a narrower scope: "agent_id=a1::x"
+            extra = _parse_prefix(match.group(1))
+            if any(k in self.scope and self.scope[k] != v for k, v in extra.items()):
+                return doc_id  # names another tenant: matches nothing under this view's filter
+            return f"{_prefix({**extra, **self.scope})}{_SEPARATOR}{match.group(2)}"
+        return f"{_prefix(self.scope)}{_SEPARATOR}{doc_id}"
+
+    def _stored_ids(self, ids: Sequence[str] | None) -> list[str] | None:
+        if ids is None:
+            return None
+        if isinstance(ids, str):
+            raise InvalidParameterError("ids must be a sequence of strings, not one string")
+        return [self.stored_id(i) for i in ids]
+
+    def visible(self, doc: Document) -> Document:
+        if not self.scope:
+            return doc
+        match = _SCOPED_ID.match(doc.id)
+        if not match:
+            return doc
+        rest = {k: v for k, v in _parse_prefix(match.group(1)).items() if k not in self.scope}
+        doc_id = match.group(2) if not rest else f"{_prefix(rest)}{_SEPARATOR}{match.group(2)}"
+        return Document(id=doc_id, content=doc.content, metadata=doc.metadata)
+
+    def confine(self, filter: Any) -> Any:  # noqa: A002
+        return combine_filters(self._filter, filter)
+
+    # writes
+    async def upsert(self, documents: Sequence[Document], *, embeddings: Any = None) -> None:
+        stamped = []
+        for doc in documents:
+            _check_id(doc.id)
+            for key, value in self.scope.items():
+                current = doc.metadata.get(key, value)
+                if current != value or type(current) is not type(value):
+                    raise InvalidParameterError(
+                        f"document {doc.id!r} has {key}={current!r}; this call writes {key}={value!r}"
+                    )
+            if self.scope:
+                doc = Document(id=self.stored_id(doc.id), content=doc.content, metadata={**doc.metadata, **self.scope})
+            stamped.append(doc)
+        await self.store.upsert(stamped, embeddings=embeddings)
+
+    async def delete(self, *, ids: Sequence[str] | None = None, filter: Any = None) -> int:  # noqa: A002
+        if ids is None and filter is None:
+            raise InvalidParameterError("delete needs ids or a filter")
+        return await self.store.delete(ids=self._stored_ids(ids), filter=self.confine(filter))
+
+    # reads
+    async def count(self, *, filter: Any = None) -> int:  # noqa: A002
+        return await self.store.count(filter=self.confine(filter))
+
+    async def search_vector(self, embedding: Any, *, k: int, filter: Any = None) -> list[Document]:  # noqa: A002
+        found = await self.store.search_vector(embedding, k=k, filter=self.confine(filter))
+        return [self.visible(doc) for doc in found]
+
+    def __getattr__(self, name: str) -> Any:
+        # optional capabilities exist exactly when the store has them (so protocol checks answer for it)
+        if name == "search_text" and hasattr(self.store, "search_text"):
+            return self._search_text
+        if name == "get" and hasattr(self.store, "get"):
+            return self._get
+        if name in ("dimension", "embedding_model"):
+            return getattr(self.store, name)
+        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+
+    async def _search_text(self, query: str, *, k: int, filter: Any = None, **options: Any) -> list[Document]:  # noqa: A002
+        found = await self.store.search_text(query, k=k, filter=self.confine(filter), **options)
+        return [self.visible(doc) for doc in found]
+
+    async def _get(self, *, ids: Sequence[str] | None = None, filter: Any = None, limit: int | None = None) -> list[Document]:  # noqa: A002
+        found = await self.store.get(ids=self._stored_ids(ids), filter=self.confine(filter), limit=limit)
+        return [self.visible(doc) for doc in found]
+
+    def __repr__(self) -> str:
+        return f"_ScopedStore({self.store!r}, scope={self.scope!r})"
+
+
+# --------------------------------------------------------------------------------------------- fields
+
+
+def _check_fields_declaration(fields: Mapping[str, str] | None) -> dict[str, str] | None:
+    if fields is None:
+        return None
+    if not isinstance(fields, Mapping):
+        raise ConfigurationError(f"fields must be a mapping of field name to type, got {fields!r}")
+    declared: dict[str, str] = {}
+    for name, kind in fields.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"field names must be non-empty strings, got {name!r}")
+        if kind not in FIELD_TYPES:
+            raise ConfigurationError(f"field {name!r}: unknown type {kind!r}; expected one of {', '.join(FIELD_TYPES)}")
+        if name in RESERVED_KEYS and name not in _IMPLICIT_FIELDS:
+            raise ConfigurationError(f"field {name!r} is a reserved metadata key set by fastrag's stages")
+        implicit = _IMPLICIT_FIELDS.get(name)
+        if implicit is not None and implicit != kind and not (implicit == _TENANT and kind in ("string", "long")):
+            raise ConfigurationError(f"field {name!r} is built in with type {implicit!r}, not {kind!r}")
+        declared[name] = kind
+    return {**_IMPLICIT_FIELDS, **declared}
+
+
+def _value_fits(kind: str, value: Any) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "long":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "double":
+        return _is_number(value) and math.isfinite(value)
+    if kind == "date":
+        return isinstance(value, str) and parse_date(value) is not None
+    if kind == "list":
+        return isinstance(value, list | tuple)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    return isinstance(value, str | int) and not isinstance(value, bool)  # tenant
+
+
+_KIND_WORDS = {
+    "string": "a string",
+    "long": "an integer",
+    "double": "a finite number",
+    "date": "an ISO-8601 date string",
+    "list": "a list",
+    "boolean": "true or false",
+    _TENANT: "a string or an integer",
+}
+
+
+def _check_document_fields(doc: Document, fields: Mapping[str, str]) -> None:
+    for key, value in doc.metadata.items():
+        kind = fields.get(key)
+        if kind is None:
+            continue
+        if not _value_fits(kind, value):
+            raise InvalidParameterError(
+                f"document {doc.id!r}: field {key!r} is declared {kind if kind != _TENANT else 'a tenant key'} "
+                f"and must be {_KIND_WORDS[kind]}, got {value!r}"
+            )
+
+
+def _check_filter_fields(node: Filter, fields: Mapping[str, str], path: str = "$") -> None:
+    """Check a filter against the declared fields; raise FilterError naming the node's path."""
+    if isinstance(node, And | Or | Not):
+        op = {And: "andAll", Or: "orAll", Not: "notAll"}[type(node)]
+        for i, child in enumerate(node.filters):
+            _check_filter_fields(child, fields, f"{path}.{op}[{i}]")
+        return
+    assert isinstance(node, Comparison)
+    op, key, value = node.operator, node.key, node.value
+    here = f"{path}.{op}"
+    kind = fields.get(key)
+    if kind is None:
+        declared = sorted(k for k in fields if k not in _IMPLICIT_FIELDS)
+        builtin = sorted(_IMPLICIT_FIELDS)
+        raise FilterError(
+            f"field {key!r} is not declared; declared fields: {declared}; built-in: {builtin}", path=f"{here}.key"
+        )
+    label = "a tenant key" if kind == _TENANT else f"a {kind} field"
+    if op in RANGE_OPERATORS:
+        if kind in ("long", "double"):
+            if not _is_number(value):
+                raise FilterError(f"{op} on {label} ({key!r}) needs a number, got {value!r}", path=f"{here}.value")
+        elif kind == "date":
+            if not isinstance(value, str):
+                raise FilterError(f"{op} on {label} ({key!r}) needs an ISO-8601 date, got {value!r}", path=f"{here}.value")
+        else:
+            raise FilterError(
+                f"{op} is a range operator; {key!r} is {label}: ranges apply to long, double and date fields",
+                path=here,
+            )
+        return
+    if op in ("startsWith", "stringContains"):
+        if kind != "string":
+            raise FilterError(f"{op} applies to string fields; {key!r} is {label}", path=here)
+        return
+    if op == "listContains":
+        if kind != "list":
+            raise FilterError(f"listContains applies to list fields; {key!r} is {label}", path=here)
+        return
+    # equals, notEquals, in, notIn
+    if kind == "list":
+        raise FilterError(f"{op} never matches a list field ({key!r}); use listContains", path=here)
+    items = list(value) if op in SET_OPERATORS else [value]
+    for i, item in enumerate(items):
+        if not _value_fits(kind, item) or (kind == "double" and isinstance(item, bool)):
+            where = f"{here}.value[{i}]" if op in SET_OPERATORS else f"{here}.value"
+            raise FilterError(f"{key!r} is {label}: {op} needs {_KIND_WORDS[kind]}, got {item!r}", path=where)
+
+
+# ------------------------------------------------------------------------------------- knowledge base
+
+_CONFIG_KEYS = ("store", "lexical_store", "embedder", "sources", "fields", "require_scope")
+
+
+class KnowledgeBase:
+    """Documents in a vector store (and optionally a separate BM25 store), searched with resolved settings.
+
+    An async context manager: ``async with`` opens what the knowledge base creates (stores named by URL, an
+    embedder named by model) and closes it on exit; objects passed in are used, never closed. A method
+    called before ``async with`` opens the knowledge base then (call :meth:`aclose` yourself).
+
+    Args:
+        store: a store URL (see :mod:`fastrag.config`: ``sqlite:///kb.db``, ``qdrant+memory:///kb``, ...)
+            or an open :class:`~fastrag.protocols.VectorStore`.
+        embedder: ``None`` (the static model shipped with fastrag), a Model2Vec model folder or name, or an
+            :class:`~fastrag.protocols.Embedder`. A store that recorded another model refuses to open.
+        lexical_store: a separate :class:`~fastrag.protocols.LexicalStore` (URL or object) for BM25, for a
+            vector store without full text (Chroma); ``None``: BM25 runs on ``store``.
+        sources: files and folders :meth:`sync` indexes.
+        fields: declared metadata fields, ``{name: type}`` with types from :data:`FIELD_TYPES`
+            (``"string"``, ``"long"``, ``"double"``, ``"date"`` (ISO-8601 strings), ``"list"``,
+            ``"boolean"``). The keys fastrag sets (``source_uri``, ``title``, ``language``, ``parent_id``,
+            ``chunk_index``, ``content_hash``, ``headings``, ``chunker``, ``section_index``, ``section_start``,
+            ``section_end``) and the tenant keys ``user_id`` and
+            ``agent_id`` are declared implicitly. With ``fields``, a filter naming an undeclared key, a range
+            on a non-numeric, non-date field, or a value of the wrong type raises
+            :class:`~fastrag.errors.FilterError`; a written document whose declared field holds a value of
+            the wrong type raises :class:`~fastrag.errors.InvalidParameterError`. Without ``fields``
+            (``None``), nothing is checked against a schema.
+        settings: the knowledge base's :class:`SearchSettings` (the middle layer of resolution).
+        require_scope: refuse every read, write and delete that names no scope (``user_id``, ``agent_id``
+            or ``scope``), so a forgotten tenant never reads or deletes across tenants.
+        chunker: the :class:`~fastrag.ingestion.chunking.Chunker` for :meth:`sync` (default: 1,000
+            characters, 100 overlap).
+
+    Scoping: every method takes ``user_id=``, ``agent_id=`` and ``scope={"key": value}`` (values are
+    non-empty strings or ints; keys are identifiers, not reserved keys). A write stamps each document's
+    metadata with those keys and stores it under a scope-qualified id, so tenants writing the same id never
+    overwrite each other. A search, count, get or delete sees only documents whose metadata carries every
+    key of its scope: a narrower scope (``user_id="alice", agent_id="a1"``) sees a subset of a wider one
+    (``user_id="alice"``), and no scope sees everything. Results show the ids as written
+    (``"x"``); a wider scope shows the rest of the qualification (``"agent_id=a1::x"``), which
+    :meth:`delete` accepts back.
+
+    Raises:
+        ConfigurationError: invalid ``fields``, ``settings`` that do not resolve (see
+            :func:`resolve_settings`), or an argument of the wrong kind.
+    """
+
+    def __init__(
+        self,
+        store: Any = DEFAULT_STORE_URL,
+        *,
+        embedder: Any = None,
+        lexical_store: Any = None,
+        sources: Sequence[str | Path] = (),
+        fields: Mapping[str, str] | None = None,
+        settings: SearchSettings | None = None,
+        require_scope: bool = False,
+        chunker: Any = None,
+    ) -> None:
+        if not isinstance(store, str) and not callable(getattr(store, "search_vector", None)):
+            raise ConfigurationError(f"store must be a store URL or a VectorStore, got {store!r}")
+        if lexical_store is not None and not isinstance(lexical_store, str) and not callable(
+            getattr(lexical_store, "search_text", None)
+        ):
+            raise ConfigurationError(f"lexical_store must be a store URL or a LexicalStore, got {lexical_store!r}")
+        if embedder is not None and not isinstance(embedder, str) and not callable(getattr(embedder, "embed_query", None)):
+            raise ConfigurationError(f"embedder must be None, a model name or an Embedder, got {embedder!r}")
+        if isinstance(sources, str | Path) or not all(isinstance(s, str | Path) for s in sources):
+            raise ConfigurationError(f"sources must be a list of paths, got {sources!r}")
+        if settings is not None and not isinstance(settings, SearchSettings):
+            raise ConfigurationError(f"settings must be a SearchSettings, got {settings!r}")
+        if not isinstance(require_scope, bool):
+            raise ConfigurationError(f"require_scope must be true or false, got {require_scope!r}")
+        self._fields = _check_fields_declaration(fields)
+        self.settings = settings or SearchSettings()
+        try:
+            resolve_settings(None, self.settings)
+        except InvalidParameterError as exc:
+            raise ConfigurationError(f"knowledge base settings: {exc}") from exc
+        self.sources: tuple[str, ...] = tuple(str(s) for s in sources)
+        self.require_scope = require_scope
+        self._store_spec = store
+        self._lexical_spec = lexical_store
+        self._embedder_spec = embedder
+        self._chunker = chunker
+        self._store: Any = None
+        self._lexical: Any = None
+        self._embedder: Any = None
+        self._rerankers: dict[str, Any] = {}
+        self._stack: AsyncExitStack | None = None
+        self._lock = anyio.Lock()
+        self._closed = False
+
+    # ----------------------------------------------------------------------------------- creation
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> KnowledgeBase:
+        """A knowledge base from a mapping (a parsed ``[knowledge_base]`` TOML table, a JSON object).
+
+        Keys: ``store``, ``lexical_store``, ``embedder`` (model name or folder), ``sources`` (list of paths),
+        ``fields`` (``{name: type}``), ``require_scope``, and every :class:`SearchSettings` field
+        (``search_mode``, ``vector_weight``, ``keyword_weight``, ``fusion``, ``rank_constant``,
+        ``rerank``, ``rerank_model``, ``retrieval_k``, ``top_k``, ``auto_direct_max``,
+        ``auto_rerank_min``). Relative paths are relative to the working directory.
+
+        Raises:
+            ConfigurationError: an unknown key (the message lists the known ones), a value of the wrong type,
+                or anything :class:`KnowledgeBase` rejects.
+        """
+        if not isinstance(config, Mapping):
+            raise ConfigurationError(f"knowledge base configuration must be a mapping, got {config!r}")
+        setting_names = [f.name for f in dataclass_fields(SearchSettings)]
+        known = [*_CONFIG_KEYS, *setting_names]
+        unknown = sorted(set(config) - set(known))
+        if unknown:
+            raise ConfigurationError(f"unknown knowledge base setting(s) {unknown}; known: {known}")
+        for key in ("store", "lexical_store", "embedder"):
+            if key in config and not isinstance(config[key], str):
+                raise ConfigurationError(f"{key} must be a string, got {config[key]!r}")
+        sources = config.get("sources", ())
+        if isinstance(sources, str) or not isinstance(sources, Sequence) or not all(isinstance(s, str) for s in sources):
+            raise ConfigurationError(f"sources must be a list of paths (strings), got {sources!r}")
+        try:
+            settings = SearchSettings.from_mapping({k: v for k, v in config.items() if k in setting_names})
+        except InvalidParameterError as exc:
+            raise ConfigurationError(f"knowledge base settings: {exc}") from exc
+        return cls(
+            config.get("store", DEFAULT_STORE_URL),
+            embedder=config.get("embedder"),
+            lexical_store=config.get("lexical_store"),
+            sources=list(sources),
+            fields=config.get("fields"),
+            settings=settings,
+            require_scope=config.get("require_scope", False),
+        )
+
+    @classmethod
+    def from_toml(cls, path: str | Path, *, table: str = "knowledge_base") -> KnowledgeBase:
+        """A knowledge base from the ``[knowledge_base]`` table of a TOML file (see :meth:`from_config`).
+
+        Raises:
+            ConfigurationError: the file cannot be read or is not valid TOML, it has no such table, or the
+                table is invalid.
+        """
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"{path}: invalid TOML: {exc}") from exc
+        except OSError as exc:
+            raise ConfigurationError(f"{path}: cannot read: {exc}") from exc
+        if not isinstance(data.get(table), dict):
+            raise ConfigurationError(f"{path}: no [{table}] table")
+        try:
+            return cls.from_config(data[table])
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{path} [{table}]: {exc}") from exc
+
+    # ---------------------------------------------------------------------------------- lifecycle
+
+    async def open(self) -> KnowledgeBase:
+        """Open the stores and the embedder this knowledge base creates (idempotent); return it.
+
+        Raises:
+            ConfigurationError: a URL is invalid, an extra is missing, the store was built with another
+                embedding model, or the settings need BM25 that no store offers.
+            BackendUnavailableError: a store cannot be opened.
+        """
+        async with self._lock:
+            if self._closed:
+                raise ConfigurationError("this knowledge base is closed")
+            if self._stack is not None:
+                return self
+            from fastrag.config import open_embedder, open_store
+
+            stack = AsyncExitStack()
+            try:
+                embedder = self._embedder_spec
+                if embedder is None or isinstance(embedder, str):
+                    embedder = await stack.enter_async_context(open_embedder(embedder))
+                name = getattr(embedder, "name", None)
+                store = self._store_spec
+                if isinstance(store, str):
+                    store = await stack.enter_async_context(open_store(store, embedding_model=name))
+                else:
+                    recorded = getattr(store, "embedding_model", None)
+                    if isinstance(recorded, str) and isinstance(name, str) and recorded != name:
+                        raise ConfigurationError(
+                            f"{store!r} holds vectors of embedding model {recorded!r}, not {name!r}; "
+                            "pass the same embedder"
+                        )
+                lexical = self._lexical_spec
+                if lexical is None:
+                    lexical = store
+                elif isinstance(lexical, str):
+                    lexical = await stack.enter_async_context(open_store(lexical))
+                mode = resolve_settings(None, self.settings).search_mode
+                if mode != "vector" and not callable(getattr(lexical, "search_text", None)):
+                    raise ConfigurationError(
+                        f"search_mode {mode!r} needs BM25, which {lexical!r} does not have; configure a lexical_store"
+                    )
+            except BaseException:
+                await stack.aclose()
+                raise
+            self._stack, self._store, self._lexical, self._embedder = stack, store, lexical, embedder
+            return self
+
+    async def aclose(self) -> None:
+        """Close what this knowledge base created (stores, embedder, rerankers); idempotent."""
+        async with self._lock:
+            self._closed = True
+            stack, self._stack = self._stack, None
+            if stack is not None:
+                await stack.aclose()
+
+    async def __aenter__(self) -> KnowledgeBase:
+        return await self.open()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _opened(self) -> None:
+        if self._stack is None:
+            await self.open()
+
+    @property
+    def store(self) -> Any:
+        """The vector store (``None`` before :meth:`open`)."""
+        return self._store
+
+    @property
+    def lexical_store(self) -> Any:
+        """The BM25 store: the separate one, or the vector store itself (``None`` before :meth:`open`)."""
+        return self._lexical
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder (``None`` before :meth:`open`)."""
+        return self._embedder
+
+    @property
+    def fields(self) -> Mapping[str, str] | None:
+        """The declared fields with the built-in ones (``"tenant"``: a str or an int), or ``None``."""
+        return None if self._fields is None else MappingProxyType(self._fields)
+
+    def _separate_lexical(self) -> bool:
+        return self._lexical is not None and self._lexical is not self._store
+
+    def _views(self, user_id: Any, agent_id: Any, scope: Any) -> tuple[_ScopedStore, _ScopedStore | None]:
+        tenant = _scope_of(user_id, agent_id, scope)
+        if self.require_scope and not tenant:
+            raise InvalidParameterError("this knowledge base requires a scope: pass user_id=, agent_id= or scope=")
+        vector = _ScopedStore(self._store, tenant)
+        lexical = _ScopedStore(self._lexical, tenant) if self._separate_lexical() else None
+        return vector, lexical
+
+    def _filter(self, filter: FilterLike | Any | None) -> Any:  # noqa: A002
+        if filter is None:
+            return None
+        if is_native_filter(filter):
+            if self._fields is not None:
+                raise FilterError("a native backend filter cannot be checked against the declared fields; "
+                                  "use a fastrag filter")
+            return filter
+        node = parse_filter(filter)
+        if self._fields is not None and node is not None:
+            _check_filter_fields(node, self._fields)
+        return node
+
+    # ------------------------------------------------------------------------------------- writes
+
+    async def add_documents(
+        self,
+        documents: Sequence[Document],
+        *,
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+    ) -> int:
+        """Embed ``documents`` and write them to the vector store and the BM25 store; return how many.
+
+        The embedded text is ``title + "\\n" + content`` when ``metadata["title"]`` is set (as ingestion
+        does), else ``content``. Writing an id again replaces that document (within the same scope).
+
+        Raises:
+            InvalidParameterError: ``documents`` is not a sequence of :class:`~fastrag.models.Document`; a
+                declared field holds a value of the wrong type (the message names the document and field); a
+                document names another tenant under a scope key; an id starts like a scoped id; a bad scope.
+            EmbeddingError: the embedder failed; nothing was written.
+            BackendError: a store failed. The stores may then differ; writing the same documents again
+                brings them back in step (upserts replace by id).
+        """
+        if isinstance(documents, Document) or not isinstance(documents, Sequence):
+            raise InvalidParameterError("documents must be a sequence of Document")
+        docs = list(documents)
+        for doc in docs:
+            if not isinstance(doc, Document):
+                raise InvalidParameterError(f"documents must be Document objects, got {doc!r}")
+            _check_id(doc.id)
+            if self._fields is not None:
+                _check_document_fields(doc, self._fields)
+        await self._opened()
+        vector, lexical = self._views(user_id, agent_id, scope)
+        if not docs:
+            return 0
+        texts = [f"{d.metadata[TITLE]}\n{d.content}" if d.metadata.get(TITLE) else d.content for d in docs]
+        embeddings = await self._embedder.embed_documents(texts)
+        if lexical is None:
+            await vector.upsert(docs, embeddings=embeddings)
+        else:
+            async with anyio.create_task_group() as group:
+                group.start_soon(partial(vector.upsert, docs, embeddings=embeddings))
+                group.start_soon(partial(lexical.upsert, docs))
+        return len(docs)
+
+    async def add_sources(
+        self,
+        paths: Sequence[str | Path] | None = None,
+        *,
+        prune: bool = False,
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+    ) -> IngestionReport:
+        """Index files and folders with :class:`~fastrag.ingestion.pipeline.IngestionPipeline` (incremental).
+
+        Unchanged files are neither embedded nor written, so re-running over a persisted knowledge base
+        costs a lookup per file. Every chunk goes to both stores.
+
+        Args:
+            paths: files and folders; ``None``: the configured ``sources``.
+            prune: also delete the chunks of files under ``paths`` that no longer exist (see
+                :meth:`~fastrag.ingestion.pipeline.IngestionPipeline.run`).
+            user_id: write the chunks into this tenant (see the class); likewise ``agent_id``, ``scope``.
+            agent_id: see ``user_id``.
+            scope: see ``user_id``.
+
+        Returns:
+            The pipeline's :class:`~fastrag.ingestion.pipeline.IngestionReport`.
+
+        Raises:
+            ConfigurationError: ``paths`` is ``None`` and no sources are configured, or ``prune`` on stores
+                that cannot list their documents.
+            InvalidParameterError: a bad scope.
+            EmbeddingError, BackendError: as the pipeline raises them.
+        """
+        from fastrag.ingestion.pipeline import IngestionPipeline
+
+        if paths is None:
+            if not self.sources:
+                raise ConfigurationError("no sources configured; pass paths or configure sources")
+            paths = self.sources
+        if isinstance(paths, str | Path):
+            raise InvalidParameterError("paths must be a sequence of paths; wrap a single path in a list")
+        await self._opened()
+        vector, lexical = self._views(user_id, agent_id, scope)
+        options = {} if self._chunker is None else {"chunker": self._chunker}
+        pipeline = IngestionPipeline(embedder=self._embedder, vector_store=vector, lexical_store=lexical,
+                                     show_progress=False, **options)  # fmt: skip
+        return await pipeline.run(list(paths), prune=prune)
+
+    async def sync(
+        self,
+        *,
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+    ) -> IngestionReport:
+        """Bring the knowledge base in line with its configured ``sources``: index new and changed files,
+        skip unchanged ones (nothing is embedded for them), and delete the chunks of files that were
+        removed from under the sources (:meth:`add_sources` with ``prune=True``).
+
+        Raises:
+            ConfigurationError: no sources are configured, or the stores cannot list their documents.
+            InvalidParameterError: a bad scope.
+            EmbeddingError, BackendError: as the pipeline raises them.
+        """
+        return await self.add_sources(None, prune=True, user_id=user_id, agent_id=agent_id, scope=scope)
+
+    async def delete(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        filter: FilterLike | None = None,  # noqa: A002
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+    ) -> int:
+        """Delete the scope's documents with these ``ids`` and/or matching ``filter``, from both stores.
+
+        Returns:
+            How many documents the vector store removed.
+
+        Raises:
+            InvalidParameterError: neither ``ids`` nor ``filter``; a bad scope.
+            FilterError: the filter is malformed or does not fit the declared fields.
+            BackendError: a store failed (deleting again brings the stores back in step).
+        """
+        if ids is None and filter is None:
+            raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
+        node = self._filter(filter)
+        await self._opened()
+        vector, lexical = self._views(user_id, agent_id, scope)
+        removed = await vector.delete(ids=ids, filter=node)
+        if lexical is not None:
+            await lexical.delete(ids=ids, filter=node)
+        return removed
+
+    async def clear(
+        self,
+        *,
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+    ) -> int:
+        """Delete every document of the scope (with no scope, every document) from both stores.
+
+        Returns:
+            How many documents the vector store removed.
+
+        Raises:
+            InvalidParameterError: a bad scope, or no scope with ``require_scope``.
+            ConfigurationError: no scope, and a store that has neither ``clear()`` nor ``get()``.
+            BackendError: a store failed.
+        """
+        await self._opened()
+        vector, lexical = self._views(user_id, agent_id, scope)
+        removed = await _clear(vector)
+        if lexical is not None:
+            await _clear(lexical)
+        return removed
+
+    # -------------------------------------------------------------------------------------- reads
+
+    async def count(
+        self,
+        *,
+        filter: FilterLike | None = None,  # noqa: A002
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+    ) -> int:
+        """How many of the scope's documents the vector store holds (matching ``filter`` when given).
+
+        Raises:
+            InvalidParameterError: a bad scope.
+            FilterError: the filter is malformed or does not fit the declared fields.
+            BackendError: the store failed.
+        """
+        node = self._filter(filter)
+        await self._opened()
+        vector, _ = self._views(user_id, agent_id, scope)
+        return await vector.count(filter=node)
+
+    def resolve(self, **request: Any) -> ResolvedSearchSettings:
+        """The settings a search with these keyword arguments would use (request, then this knowledge base,
+        then :data:`SYSTEM_DEFAULTS`).
+
+        Raises:
+            UnknownParameterError: an argument is not a :class:`SearchSettings` field.
+            InvalidParameterError: a value is invalid, or the resolved settings are inconsistent.
+        """
+        return resolve_settings(SearchSettings.from_mapping(request), self.settings)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        filter: FilterLike | None = None,  # noqa: A002
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+        **settings: Any,
+    ) -> list[Document]:
+        """The scope's best documents for ``query`` matching ``filter``, best first.
+
+        Args:
+            query: the question (non-blank, at most 8,192 characters).
+            filter: a fastrag filter (AST, JSON mapping or JSON string), checked against the declared fields.
+            user_id: confine the search to this tenant (see the class); likewise ``agent_id``, ``scope``.
+            agent_id: see ``user_id``.
+            scope: see ``user_id``.
+            **settings: request-level :class:`SearchSettings` fields (``search_mode="keyword"``,
+                ``top_k=5``, ...), which win over the knowledge base's and the defaults.
+
+        Returns:
+            At most ``top_k`` copies stamped with ``score`` (higher is better; range: see
+            :attr:`SearchResponse.documents`) and zero-based ``rank``.
+
+        Raises:
+            UnknownParameterError: a keyword argument is not a setting.
+            InvalidParameterError: an invalid setting, query or scope.
+            FilterError: the filter is malformed or does not fit the declared fields.
+            ConfigurationError: the resolved settings need something missing (BM25 on a store without it,
+                a reranker that cannot be built).
+            BackendError, EmbeddingError, RerankerError: retrieval failed (use :meth:`search_result` to get
+                failures as a status instead).
+        """
+        plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
+        found = await plan.retriever.retrieve(query, k=plan.settings.top_k, filter=plan.filter)
+        return plan.confined(found)
+
+    async def search_result(
+        self,
+        query: str,
+        *,
+        filter: FilterLike | None = None,  # noqa: A002
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+        **settings: Any,
+    ) -> SearchResponse:
+        """Like :meth:`search`, but returns a :class:`SearchResponse`: the documents, the resolved settings
+        with their origins, the strategy that ran, and the retrieval status (a failed store is reported in
+        ``error`` with ``retrieval_failed`` true, not raised).
+
+        Failures of retrieval itself (a store down, an embedder or reranker error) are reported in the
+        response; the mistakes :meth:`search` raises before retrieving are raised here too.
+
+        Raises:
+            UnknownParameterError: a keyword argument is not a setting.
+            InvalidParameterError: an invalid setting, query or scope.
+            FilterError: the filter is malformed or does not fit the declared fields.
+            ConfigurationError: the resolved settings need something missing.
+        """
+        from fastrag.retrieval.result import retrieve_result
+
+        plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
+        result: RetrievalResult = await retrieve_result(plan.retriever, query, k=plan.settings.top_k, filter=plan.filter)
+        return SearchResponse(
+            documents=tuple(plan.confined(list(result.documents))),
+            settings=plan.settings,
+            strategy=plan.strategy,
+            corpus_size=plan.corpus_size,
+            error=result.error,
+            failed_branches=result.failed_branches,
+            partial=result.partial,
+            timings=result.timings,
+        )
+
+    def as_tool(
+        self,
+        *,
+        name: str = "search_knowledge_base",
+        description: str | None = None,
+        search_mode: str | None = None,
+        top_k: int | None = None,
+        max_top_k: int = 50,
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+    ) -> KnowledgeBaseTool:
+        """A function-calling tool over :meth:`search` (see :class:`~fastrag.tool.KnowledgeBaseTool`).
+
+        Args:
+            name: the tool's name (``^[a-zA-Z0-9_-]{1,64}$``, as OpenAI and Anthropic require).
+            description: what the model reads; ``None`` writes one (naming the declared fields).
+            search_mode: the tool's mode; ``None`` inherits this knowledge base's at each call.
+            top_k: results when the model gives no ``top_k``; ``None`` inherits.
+            max_top_k: the largest ``top_k`` the model may ask for (the schema's maximum).
+            user_id: bind every call to this tenant (the model cannot change it); likewise ``agent_id``, ``scope``.
+            agent_id: see ``user_id``.
+            scope: see ``user_id``.
+
+        Raises:
+            InvalidParameterError: an invalid name, mode, ``top_k``/``max_top_k``, or scope.
+        """
+        from fastrag.tool import KnowledgeBaseTool
+
+        return KnowledgeBaseTool.for_knowledge_base(
+            self, name=name, description=description, search_mode=search_mode, top_k=top_k,
+            max_top_k=max_top_k, scope=_scope_of(user_id, agent_id, scope),
+        )  # fmt: skip
+
+    # ---------------------------------------------------------------------------------- planning
+
+    async def _plan(
+        self, query: Any, filter: Any, user_id: Any, agent_id: Any, scope: Any, request: Mapping[str, Any]  # noqa: A002
+    ) -> _Plan:
+        from fastrag.retrieval._validation import check_query
+
+        check_query(query)
+        settings = self.resolve(**request)
+        node = self._filter(filter)
+        await self._opened()
+        vector_view, lexical_view = self._views(user_id, agent_id, scope)
+        lexical_view = lexical_view or vector_view
+        mode = settings.search_mode
+        corpus_size: int | None = None
+        rerank = settings.rerank
+        if mode == "auto":
+            corpus_size = await vector_view.count(filter=node)
+            rerank_explicit = settings.origin("rerank") != "default"
+            if corpus_size <= settings.auto_direct_max:
+                mode = "direct"
+            else:
+                mode = "hybrid"
+                if corpus_size >= settings.auto_rerank_min and not rerank_explicit:
+                    if settings.rerank_model is not None:
+                        rerank = True
+                    elif settings.origin("retrieval_k") == "default":
+                        settings = replace(settings, retrieval_k=max(AUTO_WIDE_RETRIEVAL_K, settings.top_k))
+            if rerank and settings.retrieval_k < settings.top_k:
+                settings = replace(settings, retrieval_k=settings.top_k)
+        if mode in ("keyword", "hybrid") and not callable(getattr(lexical_view, "search_text", None)):
+            raise ConfigurationError(
+                f"search_mode {mode!r} needs BM25, which {self._lexical!r} does not have; configure a lexical_store"
+            )
+        retriever = self._first_stage(mode, settings, vector_view, lexical_view)
+        strategy = mode
+        if rerank:
+            from fastrag.retrieval.reranking import RerankingRetriever
+
+            reranker = await self._reranker(settings.rerank_model)
+            retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=settings.retrieval_k)
+            strategy = f"{mode}+rerank"
+        scope_filter = vector_view.confine(None)
+        return _Plan(retriever=retriever, settings=settings, strategy=strategy, corpus_size=corpus_size,
+                     filter=node, scope_filter=scope_filter)  # fmt: skip
+
+    def _first_stage(self, mode: str, settings: ResolvedSearchSettings, vector: Any, lexical: Any) -> Any:
+        from fastrag.retrieval.bm25 import BM25Retriever
+        from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
+        from fastrag.retrieval.hybrid import HybridRetriever
+        from fastrag.retrieval.vector import VectorRetriever
+
+        if mode in ("vector", "direct"):
+            return VectorRetriever(vector_store=vector, embedder=self._embedder)
+        if mode == "keyword":
+            return BM25Retriever(store=lexical)
+        weights = {"vector": float(settings.vector_weight), "bm25": float(settings.keyword_weight)}
+        fusion: Any
+        if settings.fusion == "rrf":
+            fusion = ReciprocalRankFusion(rank_constant=settings.rank_constant, weights=weights)
+        else:
+            fusion = WeightedScoreFusion(weights, normalization="min_max")
+        branches = {"vector": VectorRetriever(vector_store=vector, embedder=self._embedder),
+                    "bm25": BM25Retriever(store=lexical)}  # fmt: skip
+        return HybridRetriever(branches, fusion=fusion, candidate_k=settings.retrieval_k)
+
+    async def _reranker(self, spec: Any) -> Reranker:
+        if not isinstance(spec, str):
+            return spec  # the caller's object: never closed here
+        async with self._lock:
+            if spec in self._rerankers:
+                return self._rerankers[spec]
+            try:
+                if spec == "embedder":
+                    from fastrag.rerankers.embedding import EmbedderReranker
+
+                    reranker: Any = EmbedderReranker(self._embedder)
+                elif spec == "cohere" or spec.startswith("cohere:"):
+                    from fastrag.rerankers.cohere import CohereReranker
+
+                    model = spec.partition(":")[2].strip()
+                    reranker = CohereReranker(model) if model else CohereReranker()
+                else:
+                    from fastrag.rerankers.cross_encoder import CrossEncoderReranker
+
+                    reranker = CrossEncoderReranker(spec)
+            except InvalidParameterError as exc:
+                raise ConfigurationError(f"rerank_model {spec!r}: {exc}") from exc
+            if self._stack is not None and callable(getattr(reranker, "aclose", None)):
+                self._stack.push_async_callback(reranker.aclose)
+            self._rerankers[spec] = reranker
+            return reranker
+
+    def __repr__(self) -> str:
+        return (
+            f"KnowledgeBase({self._store_spec!r}, lexical_store={self._lexical_spec!r}, "
+            f"embedder={self._embedder_spec!r}, sources={list(self.sources)!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one search runs: the retriever, the settings as finally used, and what to report."""
+
+    retriever: Any
+    settings: ResolvedSearchSettings
+    strategy: str
+    corpus_size: int | None
+    filter: Any
+    scope_filter: Any
+
+    def confined(self, found: list[Document]) -> list[Document]:
+        """Second line of defence: drop any document outside the scope (a stage that lost the filter)."""
+        if self.scope_filter is None:
+            return found
+        kept = [doc for doc in found if matches(self.scope_filter, doc.metadata)]
+        if len(kept) == len(found):
+            return found
+        logger.error("tenant isolation: %d document(s) outside the scope were removed", len(found) - len(kept))
+        return [doc.ranked(score=doc.score, rank=rank) for rank, doc in enumerate(kept)]
+
+
+async def _clear(view: _ScopedStore) -> int:
+    if view.scope:
+        return await view.delete(filter=view.confine(None))
+    store = view.store
+    if callable(getattr(store, "clear", None)):
+        return await store.clear()
+    if callable(getattr(store, "get", None)):
+        ids = [doc.id for doc in await store.get()]
+        removed = 0
+        for start in range(0, len(ids), 500):
+            removed += await store.delete(ids=ids[start : start + 500])
+        return removed
+    raise ConfigurationError(f"{store!r} has neither clear() nor get(): delete by filter instead")
