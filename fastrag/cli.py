@@ -94,19 +94,20 @@ def main() -> None:
 @click.option("--store", "store_url", help="Store URL (default: sqlite:///.fastrag/fastrag.db, or FASTRAG_STORE).")
 @click.option("--model", "model", help="Model2Vec model folder or name (default: the shipped static model).")
 @click.option("--chunk-size", default=1000, show_default=True, help="Chunk size in characters.")
-@click.option("--chunk-overlap", default=100, show_default=True, help="Chunk overlap in characters.")
+@click.option("--chunk-overlap", type=int, help="Chunk overlap in characters (default: 100, or a tenth of a --chunk-size under 1000).")
 @click.option("--prune", is_flag=True, help="Remove chunks of files under PATHS that no longer exist.")
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
 def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chunk_size: int,
-          chunk_overlap: int, prune: bool, lexical_store_url: str | None) -> None:
+          chunk_overlap: int | None, prune: bool, lexical_store_url: str | None) -> None:
     """Index .txt, .md, .html files and BEIR corpus.jsonl files under PATHS (folders are walked)."""
     from fastrag.ingestion import Chunker, IngestionPipeline
 
     settings = _settings({"store": store_url, "embedding_model": model, "lexical_store": lexical_store_url})
 
     async def go() -> Any:
-        chunker = Chunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+        overlap = chunk_overlap if chunk_overlap is not None else min(100, max(chunk_size, 0) // 10)
+        chunker = Chunker(chunk_size=chunk_size, chunk_overlap=overlap)
         async with open_embedder(settings.embedding_model) as embedder:
             async with open_stores(settings, embedding_model=embedder.name) as (store, lexical):
                 pipeline = IngestionPipeline(embedder=embedder, vector_store=store, lexical_store=lexical,
@@ -279,7 +280,8 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
 
     answer = _run(go, settings.store)
     if isinstance(answer, BackendError):
-        click.echo(f"error: LLM failed: {settings.llm_base_url}: {answer}", err=True)
+        where = "" if settings.llm_base_url in str(answer) else f"{settings.llm_base_url}: "
+        click.echo(f"error: LLM failed: {where}{answer}", err=True)
         sys.exit(EXIT_LLM)
     if as_json:
         click.echo(json.dumps({
@@ -300,6 +302,9 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
                 mark = "*" if number in cited else " "
                 title = doc.metadata.get(TITLE) or ""
                 click.echo(f"{mark}[{number}] {doc.metadata.get(SOURCE_URI, doc.id)}  {title}".rstrip())
+        if answer.invalid_citations:
+            numbers = ", ".join(f"[{n}]" for n in answer.invalid_citations)
+            click.echo(f"warning: the answer cites {numbers}, which name no source", err=True)
         if answer.partial:
             click.echo("warning: some retrieval branches failed; the answer may miss what they would have found",
                        err=True)

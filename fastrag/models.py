@@ -18,6 +18,7 @@ __all__ = [
     "BRANCHES",
     "CHUNK_INDEX",
     "CONTENT_HASH",
+    "HEADINGS",
     "LANGUAGE",
     "PARENT_ID",
     "RANK",
@@ -45,6 +46,8 @@ PARENT_ID = "parent_id"
 """Id of the parent document (the whole file) this chunk was cut from."""
 CONTENT_HASH = "content_hash"
 """SHA-256 of the parent file's bytes; lets re-indexing skip unchanged files."""
+HEADINGS = "headings"
+"""The heading path of the section a chunk was cut from, outermost first (a list of str), set by ingestion."""
 BRANCHES = "branches"
 """Per-branch provenance of a fused or reranked document: ``{branch_name: {"score": s, "rank": r}}``.
 A branch that did not return the document is absent from the mapping."""

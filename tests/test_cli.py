@@ -91,6 +91,16 @@ def in_index(indexed_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ---------------------------------------------------------------------------------------------- index
 
 
+def test_a_small_chunk_size_alone_gets_a_fitting_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_files(tmp_path, {"long.txt": "word " * 200})
+    result = cli("index", "long.txt", "--chunk-size", "50")
+    assert result.exit_code == 0, result.stderr
+    assert "(" in result.stdout and "chunks)" in result.stdout
+    bad = cli("index", "long.txt", "--chunk-size", "50", "--chunk-overlap", "60")  # an explicit overlap is checked
+    assert bad.exit_code == 1 and "chunk_overlap" in bad.stderr
+
+
 def test_index_reports_files_and_chunks_and_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_files(tmp_path, FILES)
     monkeypatch.chdir(tmp_path)
@@ -648,3 +658,14 @@ def test_ask_reports_an_llm_failure_with_exit_4(in_index: Path, llm_server) -> N
     result = cli("ask", "how do pelicans catch fish?", "--mode", "keyword", env=llm_env(llm_server))
     assert result.exit_code == 4
     assert "LLM failed" in result.stderr and llm_server.url in result.stderr and "invalid api key" in result.stderr
+    assert result.stderr.count(llm_server.url) == 1  # named once, not once by the CLI and again by the error
+
+
+def test_ask_warns_about_citations_that_name_no_source(in_index: Path, llm_server) -> None:
+    from fastrag.testing.http_server import chat_completion
+
+    llm_server.script = [lambda body: chat_completion("Pelicans use a throat pouch [1], or so says [9].")]
+    result = cli("ask", "how do pelicans catch fish?", "--mode", "keyword", env=llm_env(llm_server))
+    assert result.exit_code == 0
+    assert "[9]" in result.stderr and "name no source" in result.stderr
+    assert "[1]" not in result.stderr

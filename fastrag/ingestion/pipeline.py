@@ -39,7 +39,7 @@ from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
 from fastrag.ingestion.chunking import Chunker
 from fastrag.ingestion.parsers import FileKind, ParsedDocument, file_kind, parse
-from fastrag.models import CHUNK_INDEX, CONTENT_HASH, PARENT_ID, SOURCE_URI, TITLE, Document
+from fastrag.models import CHUNK_INDEX, CONTENT_HASH, HEADINGS, PARENT_ID, SOURCE_URI, TITLE, Document
 from fastrag.protocols import Embedder, LexicalStore, SupportsGet, VectorStore
 from fastrag.retrieval.sections import SECTION_END, SECTION_INDEX, SECTION_START, SectionIndex
 
@@ -49,8 +49,6 @@ logger = logging.getLogger(__name__)
 
 _ID_BATCH = 500  # ids per get/delete call, well under every backend's limit on query size
 
-HEADINGS = "headings"
-"""Chunk metadata key: the heading path of the chunk's section, outermost first (a list of strings)."""
 CHUNKER = "chunker"
 """Chunk metadata key: the :attr:`~fastrag.ingestion.chunking.Chunker.fingerprint` of the chunker that cut
 it; re-indexing with other chunker settings replaces every chunk."""

@@ -41,7 +41,7 @@ from typing import Any, Literal
 from fastrag.errors import BackendError, FilterError, InvalidParameterError
 from fastrag.filters import FilterLike
 from fastrag.llm import ChatMessage
-from fastrag.models import LANGUAGE, SOURCE_URI, TITLE, Document
+from fastrag.models import HEADINGS, LANGUAGE, SOURCE_URI, TITLE, Document
 from fastrag.protocols import LLM, Retriever
 from fastrag.retrieval.result import RetrievalResult, retrieve_result
 
@@ -169,8 +169,8 @@ def build_prompt(
 ) -> Prompt:
     """The grounded prompt for ``question`` over ``documents`` (best first).
 
-    Each source is a block ``[n] title: ...``, ``language: ...``, ``source_uri: ...`` (each line only when
-    the document has that metadata; ``answers: ...`` too when it carries :data:`SUB_QUESTIONS`), then its
+    Each source is a block ``[n] title: ...``, ``language: ...``, ``source_uri: ...``, ``section: A > B``
+    (the chunk's heading path; each line only when the document has that metadata; ``answers: ...`` too when it carries :data:`SUB_QUESTIONS`), then its
     content. Sources are added in order while their content fits in ``max_context_chars``; the first one
     is always included, and a content cut at the budget ends with ``" …"``; sources after the budget is
     spent are left out (and are not in :attr:`Prompt.sources`).
@@ -225,6 +225,9 @@ def _source_block(number: int, doc: Document, content: str) -> str:
         value = doc.metadata.get(key)
         if value is not None and str(value).strip():
             lines.append(f"{label}: {_one_line(str(value))}")
+    headings = doc.metadata.get(HEADINGS)
+    if isinstance(headings, Sequence) and not isinstance(headings, str) and headings:
+        lines.append("section: " + " > ".join(_one_line(str(h)) for h in headings))
     asked = doc.metadata.get(SUB_QUESTIONS)
     if isinstance(asked, Sequence) and not isinstance(asked, str) and asked:
         lines.append("answers: " + "; ".join(_one_line(str(q)) for q in asked))

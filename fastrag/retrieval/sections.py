@@ -56,7 +56,7 @@ from fastrag.errors import (
     SectionNotFoundError,
     TransientBackendError,
 )
-from fastrag.models import CHUNK_INDEX, CONTENT_HASH, PARENT_ID, SOURCE_URI, TITLE, Document, plain_value
+from fastrag.models import CHUNK_INDEX, CONTENT_HASH, HEADINGS, PARENT_ID, SOURCE_URI, TITLE, Document, plain_value
 
 if TYPE_CHECKING:  # the parsers are imported when first needed, so ``import fastrag`` stays light
     from fastrag.ingestion.parsers import FileKind, ParsedDocument
@@ -83,8 +83,7 @@ MERGED_FROM = "merged_from"
 """Metadata key of a merged chunk: a list of mappings, one per original chunk, in the order merged; each
 holds the original's ``id``, ``content`` and provenance keys (see :func:`merge_chunks`)."""
 
-_HEADINGS = "headings"  # fastrag.ingestion.pipeline.HEADINGS (not imported: it would load the pipeline)
-_PROVENANCE_KEYS = (SOURCE_URI, TITLE, PARENT_ID, CHUNK_INDEX, CONTENT_HASH, _HEADINGS,
+_PROVENANCE_KEYS = (SOURCE_URI, TITLE, PARENT_ID, CHUNK_INDEX, CONTENT_HASH, HEADINGS,
                     SECTION_INDEX, SECTION_START, SECTION_END)  # fmt: skip
 _MISSING_MODES = ("raise", "skip")
 _SCHEMA_VERSION = "1"
@@ -674,7 +673,7 @@ def _locate(parent: ParentDocument | None, part: Mapping[str, Any]) -> tuple[Sou
         )
     content = part.get("content")
     content = content if isinstance(content, str) else None
-    headings = part.get(_HEADINGS)
+    headings = part.get(HEADINGS)
     path = tuple(headings) if isinstance(headings, Sequence) and not isinstance(headings, str) else None
     index, start, end = (part.get(key) for key in (SECTION_INDEX, SECTION_START, SECTION_END))
     if _is_int(index):
