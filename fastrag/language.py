@@ -10,6 +10,7 @@ mode, 1.3 GB for all 75) and confuse less.
 
     detector = LinguaLanguageDetector(["en", "de", "es", "ru", "zh"])
     detector.detect("Wie viele Punkte gab die Verteidigung ab?")  # "de"
+    detector.confidences("Wie viele Punkte gab die Verteidigung ab?")  # {"de": 0.9..., "en": ..., ...}
 
 Codes are ISO 639-1, lower case; :data:`ISO_639_1` lists them all.
 """
@@ -17,8 +18,9 @@ Codes are ISO 639-1, lower case; :data:`ISO_639_1` lists them all.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from fastrag.analysis import primary_language
@@ -59,8 +61,10 @@ class LinguaLanguageDetector:
         InvalidParameterError: fewer than two distinct languages, a code Lingua does not know, a bad
             ``minimum_relative_distance`` or ``max_chars``.
 
-    ``detect`` is thread-safe and caches its last 4,096 answers, so asking again about the same question
-    (a language-aware retriever and its BM25 branch both do) costs nothing.
+    ``detect`` and ``confidences`` are thread-safe and each cache their last 4,096 answers, so asking again
+    about the same question (a language-aware retriever and its BM25 branch both do) costs nothing.
+    Implements :class:`~fastrag.protocols.LanguageDetector` and
+    :class:`~fastrag.protocols.SupportsLanguageConfidence`.
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class LinguaLanguageDetector:
         self._max_chars = max_chars
         self._low_accuracy = low_accuracy
         self._cached = lru_cache(maxsize=4096)(self._detect)
+        self._cached_confidences = lru_cache(maxsize=4096)(self._confidences)
 
     @property
     def languages(self) -> tuple[str, ...]:
@@ -138,6 +143,38 @@ class LinguaLanguageDetector:
         if not isinstance(text, str):
             raise InvalidParameterError(f"text must be a string, got {type(text).__name__}")
         return self._cached(text[: self._max_chars])
+
+    def confidences(self, text: str) -> Mapping[str, float]:
+        """How likely ``text`` is written in each of :attr:`languages`: Lingua's confidence values.
+
+        Synchronous (a few milliseconds; the first call loads the models unless ``preload``): call it from
+        a worker thread.
+
+        Returns:
+            A read-only mapping ``{ISO 639-1 code: confidence}`` with one entry per language in
+            :attr:`languages`, best first (ties: the order of :attr:`languages`). Each confidence is in
+            [0, 1], higher is likelier, and they sum to 1; all are 0 when the text has no letters. When
+            Lingua's rule engine identifies the language unambiguously (say, the only language of the
+            text's script among :attr:`languages`), it gets 1.0 and the others 0. Lingua weighs scripts
+            by words, so a Chinese question quoting two Latin-script names can get 0 for Chinese (a run
+            of Han characters counts as one word). ``minimum_relative_distance`` does not apply here.
+            :meth:`detect` answers the likeliest language, or ``None`` when all are 0 (or, with
+            ``minimum_relative_distance``, when the two likeliest are too close).
+
+        Raises:
+            InvalidParameterError: ``text`` is not a string.
+        """
+        if not isinstance(text, str):
+            raise InvalidParameterError(f"text must be a string, got {type(text).__name__}")
+        return self._cached_confidences(text[: self._max_chars])
+
+    def _confidences(self, text: str) -> Mapping[str, float]:
+        values = {code: 0.0 for code in self._languages}
+        for confidence in self._detector.compute_language_confidence_values(text):
+            values[confidence.language.iso_code_639_1.name.lower()] = float(confidence.value)
+        order = {code: i for i, code in enumerate(self._languages)}
+        ranked = sorted(values.items(), key=lambda item: (-item[1], order[item[0]]))
+        return MappingProxyType(dict(ranked))
 
     def _detect(self, text: str) -> str | None:
         language = self._detector.detect_language_of(text)

@@ -4,6 +4,7 @@ test_multilingual.py)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,16 @@ import pytest
 from fastrag.analysis import Analyzer, primary_language
 from fastrag.errors import InvalidParameterError
 from fastrag.models import Document
-from fastrag.protocols import LanguageDetector
+from fastrag.protocols import LanguageDetector, SupportsLanguageConfidence
 from fastrag.retrieval import BM25Retriever
-from fastrag.retrieval.language import LanguageAwareRetriever, split_locale
+from fastrag.retrieval.language import (
+    PLAUSIBLE_CONFIDENCE,
+    QUERY_LANGUAGE,
+    TRUST_CONFIDENCE,
+    LanguageAwareRetriever,
+    LanguageDecision,
+    split_locale,
+)
 from fastrag.retry import RetryingStore
 from fastrag.testing.fakes import InMemoryStore
 from fastrag.vector_store.sqlite import SQLiteVectorStore
@@ -40,6 +48,33 @@ class WordDetector:
         if words & self.ENGLISH:
             return "en"
         return None
+
+
+class MarkerConfidences:
+    """Confidences in proportion to each language's marker words in the text (all 0 without any), or the
+    fixed ``answer`` when given; ``detect`` is the likeliest. Records what it was asked."""
+
+    MARKERS = {
+        "de": {"wer", "ist", "der", "das", "wie"},
+        "en": {"who", "is", "the", "how", "engineering", "news", "record", "magazine"},
+    }
+
+    def __init__(self, answer: dict[str, float] | None = None) -> None:
+        self.answer = answer
+        self.asked: list[str] = []
+
+    def confidences(self, text: str) -> dict[str, float]:
+        self.asked.append(text)
+        if self.answer is not None:
+            return dict(self.answer)
+        words = re.findall(r"\w+", text.lower())
+        counts = {lang: sum(w in markers for w in words) for lang, markers in self.MARKERS.items()}
+        total = sum(counts.values())
+        return {lang: (n / total if total else 0.0) for lang, n in sorted(counts.items(), key=lambda kv: -kv[1])}
+
+    def detect(self, text: str) -> str | None:
+        best = max(self.confidences(text).items(), key=lambda kv: kv[1])
+        return best[0] if best[1] > 0 else None
 
 
 class Fixed:
@@ -208,6 +243,11 @@ async def test_missing_scores_fall_back_to_positions() -> None:
         {"other_language_weight": float("nan")},
         {"other_language_weight": True},
         {"candidate_k": 0},
+        {"trust_confidence": 1.5},
+        {"trust_confidence": True},
+        {"plausible_confidence": -0.1},
+        {"plausible_confidence": float("nan")},
+        {"trust_confidence": 0.5, "plausible_confidence": 0.6},
         {"detector": object()},
         {"retriever": object()},
     ],
@@ -231,6 +271,150 @@ async def test_invalid_calls_are_refused_before_searching() -> None:
 
 def test_fake_detector_satisfies_the_protocol() -> None:
     assert isinstance(WordDetector(), LanguageDetector)
+    assert not isinstance(WordDetector(), SupportsLanguageConfidence)
+    assert isinstance(MarkerConfidences(), LanguageDetector) and isinstance(MarkerConfidences(), SupportsLanguageConfidence)
+
+
+# ------------------------------------------------------------------ deciding the question's language
+
+
+def magazine_pages(*, with_german: bool = True) -> Fixed:
+    rows = [("en-enr", 10.0, page("/en/mag/enr", "en", content="Engineering News-Record is the magazine of the trade"))]
+    if with_german:
+        rows.append(("de-enr", 8.0, page("/de/mag/enr", "de", content="Engineering News-Record ist eine Zeitschrift")))
+    rows.append(("en-other", 5.0, page("/en/mag/other", "en", content="Another magazine")))
+    return Fixed(rows)
+
+
+async def test_words_the_translations_share_do_not_decide_the_language() -> None:
+    # "wer ist" is German, the three name words read as English: 3 to 2 for English on the whole question
+    question = "Wer ist Engineering News-Record?"
+    detector = MarkerConfidences()
+    assert detector.detect(question) == "en"
+    retriever = LanguageAwareRetriever(retriever=magazine_pages(), detector=detector)
+    out = await retriever.retrieve(question, k=5)
+    # both translations of the page were candidates: the name is neutral, "wer ist" decides
+    assert [d.id for d in out] == ["de-enr", "en-other"]
+    assert all(d.metadata[QUERY_LANGUAGE] == {"language": "de", "decided_by": "confident"} for d in out)
+    decision = await retriever.decide_language(question, candidates=await magazine_pages().retrieve(question))
+    assert decision.language == "de" and decision.decided_by == "confident"
+    assert decision.neutral_words == ("engineering", "news", "record")
+    assert decision.text.split() == ["Wer", "ist", "-", "?"]
+    assert decision.confidences == {"de": 1.0, "en": 0.0}
+    assert decision.best_positions == {"en": 0, "de": 1}
+    # with one translation only, nothing is shared: the whole question is read, and it reads as English
+    alone = LanguageAwareRetriever(retriever=magazine_pages(with_german=False), detector=MarkerConfidences())
+    out = await alone.retrieve(question, k=5)
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": "en", "decided_by": "likeliest"}  # 0.6 < 0.8
+
+
+async def test_a_question_of_shared_words_only_is_read_whole() -> None:
+    detector = MarkerConfidences()
+    retriever = LanguageAwareRetriever(retriever=magazine_pages(), detector=detector)
+    decision = await retriever.decide_language("Engineering News-Record", candidates=await magazine_pages().retrieve("x"))
+    assert detector.asked == ["Engineering News-Record"]
+    assert decision.text == "Engineering News-Record" and decision.neutral_words == ()
+    assert decision.language == "en"
+
+
+def two_translations(first: str, second: str) -> Fixed:
+    return Fixed([(f"{first}-a", 10.0, page(f"/{first}/a", first)), (f"{second}-a", 9.5, page(f"/{second}/a", second)),
+                  ("en-b", 5.0, page("/en/b", "en"))])  # fmt: skip
+
+
+async def test_an_unsure_detector_lets_the_best_ranked_plausible_translation_decide() -> None:
+    unsure = MarkerConfidences({"de": 0.55, "en": 0.45})
+    retriever = LanguageAwareRetriever(retriever=two_translations("en", "de"), detector=unsure)
+    out = await retriever.retrieve("q", k=5)
+    assert [d.id for d in out] == ["en-a", "en-b"]
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": "en", "decided_by": "ranked"}
+    # the German translation ranks first: German
+    out = await LanguageAwareRetriever(retriever=two_translations("de", "en"), detector=unsure).retrieve("q", k=5)
+    assert [d.id for d in out] == ["de-a", "en-b"] and out[0].metadata[QUERY_LANGUAGE]["decided_by"] == "ranked"
+    # English below plausible_confidence may not be chosen by the ranking
+    strict = LanguageAwareRetriever(retriever=two_translations("en", "de"), detector=unsure, plausible_confidence=0.5)
+    out = await strict.retrieve("q", k=5)
+    assert [d.id for d in out] == ["de-a", "en-b"] and out[0].metadata[QUERY_LANGUAGE]["decided_by"] == "ranked"
+    # no page with several languages among the candidates: the likeliest language
+    single = Fixed([("en-a", 10.0, page("/en/a", "en")), ("de-b", 9.0, page("/de/b", "de"))])
+    out = await LanguageAwareRetriever(retriever=single, detector=unsure).retrieve("q", k=5)
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": "de", "decided_by": "likeliest"}
+    assert [d.id for d in out] == ["de-b", "en-a"]  # en-a weighted by 0.8 < 0.9
+
+
+async def test_a_confident_detector_is_trusted_over_the_ranking() -> None:
+    sure = MarkerConfidences({"de": TRUST_CONFIDENCE, "en": 1 - TRUST_CONFIDENCE})
+    out = await LanguageAwareRetriever(retriever=two_translations("en", "de"), detector=sure).retrieve("q", k=5)
+    assert [d.id for d in out][0] == "de-a"
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": "de", "decided_by": "confident"}
+    # trust_confidence 1: the ranking decides among the plausible languages
+    never = LanguageAwareRetriever(retriever=two_translations("en", "de"), detector=sure, trust_confidence=1.0)
+    assert (await never.retrieve("q", k=5))[0].metadata[QUERY_LANGUAGE] == {"language": "en", "decided_by": "ranked"}
+    # trust_confidence 0: the detector always decides
+    unsure = MarkerConfidences({"de": 0.55, "en": 0.45})
+    always = LanguageAwareRetriever(
+        retriever=two_translations("en", "de"), detector=unsure, trust_confidence=0.0, plausible_confidence=0.0
+    )
+    assert (await always.retrieve("q", k=5))[0].metadata[QUERY_LANGUAGE] == {"language": "de", "decided_by": "confident"}
+
+
+async def test_no_confidence_at_all_is_an_unknown_language_that_weighs_nothing() -> None:
+    nothing = MarkerConfidences({"de": 0.0, "en": 0.0})
+    out = await LanguageAwareRetriever(retriever=two_translations("en", "de"), detector=nothing).retrieve("q", k=5)
+    assert [d.id for d in out] == ["en-a", "en-b"]  # the best translation; no weighting
+    assert [d.score for d in out] == [1.0, 0.5]
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": None, "decided_by": "unknown"}
+
+
+async def test_a_detector_without_confidences_reads_the_question_without_shared_words() -> None:
+    detector = WordDetector()  # "is" and "the" make it English, "wer" and "der" German
+    inner = Fixed([
+        ("en-a", 10.0, page("/en/a", "en", content="the Super Bowl is in the news")),
+        ("de-a", 8.0, page("/de/a", "de", content="the Super Bowl wer der")),
+    ])  # fmt: skip
+    out = await LanguageAwareRetriever(retriever=inner, detector=detector).retrieve("who is the Super Bowl", k=5)
+    # "the" is shared by both translations: "who is" decides
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": "en", "decided_by": "detected"}
+    assert "who is" in detector.calls[-1] and "the" not in detector.calls[-1].split()
+    decision = await LanguageAwareRetriever(retriever=inner, detector=detector).decide_language(
+        "who is the Super Bowl", candidates=inner.docs
+    )
+    assert decision.confidences == {} and decision.neutral_words == ("the", "super", "bowl")
+
+
+async def test_an_explicit_language_is_stamped_as_given() -> None:
+    detector = MarkerConfidences()
+    retriever = LanguageAwareRetriever(retriever=two_translations("en", "de"), detector=detector)
+    out = await retriever.retrieve("who is it?", k=5, language="de-AT")
+    assert [d.id for d in out] == ["de-a", "en-b"]
+    assert {d.metadata[QUERY_LANGUAGE]["decided_by"] for d in out} == {"given"}
+    assert out[0].metadata[QUERY_LANGUAGE]["language"] == "de"
+    assert detector.asked == []
+    decision = await retriever.decide_language("who is it?", candidates=[], language="de")
+    assert decision == LanguageDecision("de", "given")
+
+
+async def test_decide_language_refuses_bad_arguments() -> None:
+    retriever = LanguageAwareRetriever(retriever=Fixed([]), detector=MarkerConfidences())
+    for candidates in ("text", [object()], None):
+        with pytest.raises(InvalidParameterError, match="candidates"):
+            await retriever.decide_language("who?", candidates=candidates)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError):
+        await retriever.decide_language("who?", candidates=[], language="???")
+    with pytest.raises(InvalidParameterError):
+        await retriever.decide_language("  ", candidates=[])
+
+
+def test_language_decision_is_frozen_and_its_defaults_are_documented_constants() -> None:
+    decision = LanguageDecision("de", "confident", confidences={"de": 0.9, "en": 0.1})
+    with pytest.raises(AttributeError):
+        decision.language = "en"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        decision.confidences["de"] = 0.0  # type: ignore[index]
+    assert decision.stamp() == {"language": "de", "decided_by": "confident"}
+    retriever = LanguageAwareRetriever(retriever=Fixed([]), detector=WordDetector())
+    assert (retriever.trust_confidence, retriever.plausible_confidence) == (TRUST_CONFIDENCE, PLAUSIBLE_CONFIDENCE)
+    assert 0.0 < PLAUSIBLE_CONFIDENCE < TRUST_CONFIDENCE < 1.0
 
 
 # ------------------------------------------------------------------------------------ multilingual BM25

@@ -3,9 +3,12 @@ Chinese (the same ``_id`` is the same paragraph), indexed once as ``/{lang}/xqua
 ``metadata["language"]``, searched with questions in each language through
 ``LanguageAwareRetriever(BM25Retriever(detector=...), LinguaLanguageDetector)``.
 
-For a sample of questions per language: no paragraph appears twice in the top 10, and the question's own
-language version is the one returned whenever it was among the candidates. Recall@10 over every question
-is measured by ``benchmarks/multilingual.py`` and reported in ``docs/multilingual.md``.
+For a sample of questions per language, and for questions whose language Lingua misreads on the whole
+question (a German question about an English-named organisation, a Chinese one quoting Latin-script names):
+no paragraph appears twice in the top 10, and the question's own language version is the one returned
+whenever it was among the candidates. The ``slow`` tests check every question (1,190 per language); three
+questions are known to miss (explained in ``docs/multilingual.md``). Recall@10 over every question is
+measured by ``benchmarks/multilingual.py`` and reported in ``docs/multilingual.md``.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import pytest
 from fastrag.errors import InvalidParameterError
 from fastrag.language import LinguaLanguageDetector
 from fastrag.models import Document
-from fastrag.protocols import LanguageDetector
+from fastrag.protocols import LanguageDetector, SupportsLanguageConfidence
 from fastrag.retrieval import BM25Retriever
-from fastrag.retrieval.language import LanguageAwareRetriever, split_locale
+from fastrag.retrieval.language import QUERY_LANGUAGE, LanguageAwareRetriever, split_locale
 from fastrag.vector_store.sqlite import SQLiteVectorStore
 
 pytestmark = pytest.mark.anyio
@@ -31,6 +34,23 @@ DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 LANGUAGES = ("en", "de", "es", "ru", "zh")
 SAMPLE_EVERY = 40  # 30 of the 1,190 questions per language
 CANDIDATE_K = 40
+# Questions Lingua 2.1 reads as another language on the whole question (names, scripts): (language, query id).
+MISREAD = [
+    ("en", "57115bf350c2381900b54a94"),  # 'Where is Energiprojekt AB based?' -> de
+    ("de", "56e7788200c9c71400d77183"),  # 'Was ist die NASUWT?' -> en
+    ("es", "57274b35f1498d1400e8f5d6"),  # '¿Cómo se financian las ergänzungsschulen?' -> de
+    ("ru", "57273e50dd62a815002e9a02"),  # 'Что такое Engineering News-Record?' -> en
+    ("zh", "57115bf350c2381900b54a94"),  # 'Energiprojekt AB公司位于何处?' -> de
+    ("zh", "570967c4ed30961900e840ba"),  # 'Sky Digital是什么时候推出的？' -> en
+]
+# The three questions (of 5,950) whose own-language version is a candidate but not returned, each explained
+# in docs/multilingual.md: a confident misreading, and two German questions the detector is unsure about
+# whose English translation the first stage (which analysed them in English) ranked first.
+KNOWN_MISSES = {
+    ("en", "5726a8d4dd62a815002e8c37"),  # "What was the name of Temüjin's wife Börte's first son?"
+    ("de", "56bf3fd53aeaaa14008c9592"),  # 'Wer ist der General Manager der Broncos?'
+    ("de", "57273e50dd62a815002e9a02"),  # 'Was ist das Engineering News-Record?'
+}
 
 
 def load(lang: str) -> tuple[list[Document], list[tuple[str, str]], dict[str, str]]:
@@ -63,7 +83,7 @@ def store() -> Iterator[SQLiteVectorStore]:
 
 
 def test_lingua_detector(detector: LinguaLanguageDetector) -> None:
-    assert isinstance(detector, LanguageDetector)
+    assert isinstance(detector, LanguageDetector) and isinstance(detector, SupportsLanguageConfidence)
     assert detector.languages == LANGUAGES
     samples = {lang: load(lang)[1][0][1] for lang in LANGUAGES}
     assert {lang: detector.detect(text) for lang, text in samples.items()} == {lang: lang for lang in LANGUAGES}
@@ -71,6 +91,24 @@ def test_lingua_detector(detector: LinguaLanguageDetector) -> None:
     assert detector.detect("") is None
     with pytest.raises(InvalidParameterError):
         detector.detect(None)  # type: ignore[arg-type]
+
+
+def test_lingua_confidences(detector: LinguaLanguageDetector) -> None:
+    for lang in LANGUAGES:
+        question = load(lang)[1][0][1]
+        confidences = detector.confidences(question)
+        assert set(confidences) == set(LANGUAGES)
+        values = list(confidences.values())
+        assert values == sorted(values, reverse=True) and all(0.0 <= v <= 1.0 for v in values)
+        assert sum(values) == pytest.approx(1.0)
+        assert next(iter(confidences)) == detector.detect(question) == lang
+    assert list(detector.confidences("12345 !!!").values()) == [0.0] * len(LANGUAGES)
+    assert list(detector.confidences("")) == list(LANGUAGES)  # ties: the configured order
+    assert detector.confidences("Что это?")["ru"] == 1.0  # only Russian is written in Cyrillic here
+    with pytest.raises(InvalidParameterError):
+        detector.confidences(b"text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        detector.confidences("Was ist das?")["de"] = 0.0  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -82,29 +120,68 @@ def test_lingua_detector_refuses_bad_languages(languages: object, match: str) ->
         LinguaLanguageDetector(languages)  # type: ignore[arg-type]
 
 
+async def own_version_misses(
+    retriever: LanguageAwareRetriever, first_stage: BM25Retriever, lang: str, query_id: str, question: str
+) -> tuple[list[Document], list[str]]:
+    """The top 10, and the paragraphs returned in another language although their ``lang`` version was among
+    the first stage's candidates (the acceptance: none). Asserts that no paragraph appears twice."""
+    top = await retriever.retrieve(question, k=10)
+    candidates = await first_stage.retrieve(question, k=CANDIDATE_K)
+    pages = [split_locale(d.source_uri)[1] for d in top]
+    assert len(pages) == len(set(pages)), f"{query_id}: a paragraph appears twice: {[d.id for d in top]}"
+    assert all(d.metadata["language"] in LANGUAGES for d in top)
+    own_candidates = {split_locale(d.source_uri)[1] for d in candidates if d.metadata["language"] == lang}
+    misses = [d.id for d in top if d.metadata["language"] != lang and split_locale(d.source_uri)[1] in own_candidates]
+    return top, misses
+
+
+def recommended(store: SQLiteVectorStore, detector: LinguaLanguageDetector) -> tuple[LanguageAwareRetriever, BM25Retriever]:
+    """The configuration docs/multilingual.md recommends (defaults but for candidate_k, spelled out)."""
+    first_stage = BM25Retriever(store=store, detector=detector)
+    return LanguageAwareRetriever(retriever=first_stage, detector=detector, candidate_k=CANDIDATE_K), first_stage
+
+
 @pytest.mark.parametrize("lang", LANGUAGES)
 async def test_each_paragraph_once_in_the_askers_language(
     lang: str, store: SQLiteVectorStore, detector: LinguaLanguageDetector
 ) -> None:
     _, queries, qrels = load(lang)
-    first_stage = BM25Retriever(store=store, detector=detector)
-    retriever = LanguageAwareRetriever(retriever=first_stage, detector=detector, candidate_k=CANDIDATE_K)
+    retriever, first_stage = recommended(store, detector)
     sample = queries[::SAMPLE_EVERY]
-    detected_right = found = 0
+    decided_right = found = 0
     for query_id, question in sample:
-        top = await retriever.retrieve(question, k=10)
-        candidates = await first_stage.retrieve(question, k=CANDIDATE_K)
-        pages = [split_locale(d.source_uri)[1] for d in top]
-        assert len(pages) == len(set(pages)), f"{query_id}: a paragraph appears twice: {[d.id for d in top]}"
-        assert all(d.metadata["language"] in LANGUAGES for d in top)
-        own_candidates = {split_locale(d.source_uri)[1] for d in candidates if d.metadata["language"] == lang}
-        if detector.detect(question) == lang:
-            detected_right += 1
-            for doc in top:
-                if split_locale(doc.source_uri)[1] in own_candidates:
-                    assert doc.metadata["language"] == lang, (
-                        f"{query_id} ({question!r}): {doc.id} returned although the {lang} version was a candidate"
-                    )
+        top, misses = await own_version_misses(retriever, first_stage, lang, query_id, question)
+        assert not misses, f"{query_id} ({question!r}): {misses} returned although the {lang} versions were candidates"
+        decided_right += top[0].metadata[QUERY_LANGUAGE]["language"] == lang
         found += any(doc.id.split(":", 1)[1] == qrels[query_id] for doc in top)
-    assert detected_right >= 0.9 * len(sample)
+    assert decided_right >= 0.95 * len(sample)
     assert found >= 0.9 * len(sample)  # Recall@10 on the sample; the full measurement is in docs/multilingual.md
+
+
+@pytest.mark.parametrize(("lang", "query_id"), MISREAD)
+async def test_questions_lingua_misreads_get_their_own_language_version(
+    lang: str, query_id: str, store: SQLiteVectorStore, detector: LinguaLanguageDetector
+) -> None:
+    question = dict(load(lang)[1])[query_id]
+    retriever, first_stage = recommended(store, detector)
+    top, misses = await own_version_misses(retriever, first_stage, lang, query_id, question)
+    assert not misses, f"{query_id} ({question!r}): {misses} returned although the {lang} versions were candidates"
+    assert top[0].metadata[QUERY_LANGUAGE]["language"] == lang
+    decision = await retriever.decide_language(question, candidates=await first_stage.retrieve(question, k=CANDIDATE_K))
+    assert decision.language == lang and decision.neutral_words  # the shared names were set aside
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lang", LANGUAGES)
+async def test_every_question_gets_its_own_language_version(
+    lang: str, store: SQLiteVectorStore, detector: LinguaLanguageDetector
+) -> None:
+    """Issue #4's acceptance over all 1,190 questions: the own-language version is returned whenever it was
+    a candidate, but for the documented misses."""
+    retriever, first_stage = recommended(store, detector)
+    missed = set()
+    for query_id, question in load(lang)[1]:
+        _, misses = await own_version_misses(retriever, first_stage, lang, query_id, question)
+        if misses:
+            missed.add((lang, query_id))
+    assert missed <= KNOWN_MISSES, f"new misses: {sorted(missed - KNOWN_MISSES)}"
