@@ -6,11 +6,12 @@ expected section bodies below are written out by hand from GUIDE, not computed b
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from fastrag.errors import BackendUnavailableError, InvalidParameterError, SectionNotFoundError
+from fastrag.errors import BackendError, BackendUnavailableError, InvalidParameterError, SectionNotFoundError
 from fastrag.filters import field
 from fastrag.ingestion import Chunker, IngestionPipeline, parse_markdown
 from fastrag.models import Document
@@ -393,3 +394,256 @@ def test_source_section_is_frozen() -> None:
                             position=0, text="x", start=0, end=1)
     with pytest.raises(AttributeError):
         section.text = "y"  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------------------ malformed hits
+# Hits come from stores, caches and user code: a malformed one is refused with InvalidParameterError naming
+# the bad key, in both missing modes; it never resolves to a guessed section, and never raises a bare
+# TypeError or a SQLite error.
+
+SMALL = "# Guide\n\n## Install\n\nRun pip install fastrag.\n\n## Usage\n\nImport it.\n"
+INSTALL = {"parent_id": "guide.md", "headings": ["Guide", "Install"]}
+
+
+@pytest.fixture
+async def small() -> SectionIndex:
+    async with SectionIndex() as index:
+        await index.add(parse_markdown(SMALL, source_uri="guide.md", default_title="guide"))
+        yield index
+
+
+def merged(*parts: dict) -> Document:
+    return Document(id="m", content="c", metadata={MERGED_FROM: list(parts)})
+
+
+def install_part(**extra) -> dict:
+    return {"content": "Run pip install fastrag.", **INSTALL, **extra}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("parts", "bad"),
+    [
+        ([install_part(id=["a"])], 0),  # unhashable
+        ([install_part(id={"a": 1})], 0),
+        ([install_part(id="a"), install_part(id=1)], 1),  # an int beside a str: not sortable together
+        ([install_part(id=None), install_part(id="a")], 0),
+        ([install_part(id="")], 0),
+    ],
+)
+@pytest.mark.parametrize("missing", ["raise", "skip"])
+async def test_merged_part_ids_must_be_non_empty_strings(small: SectionIndex, parts, bad, missing) -> None:
+    with pytest.raises(InvalidParameterError, match=rf"merged_from\[{bad}\]\.id"):
+        await small.resolve(merged(*parts), missing=missing)
+    with pytest.raises(InvalidParameterError, match=rf"merged_from\[{bad}\]\.id"):
+        merge_chunks([merged(*parts)])
+
+
+@pytest.mark.anyio
+async def test_merged_parts_without_ids_are_named_after_the_merged_chunk(small: SectionIndex) -> None:
+    (section,) = await small.resolve(merged(install_part()))
+    assert section.heading == "Install" and section.chunk_ids == ("m[0]",)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("missing", ["raise", "skip"])
+async def test_a_merged_part_with_nothing_to_locate_it_by_is_refused(small: SectionIndex, missing) -> None:
+    # no content and no offsets: it used to resolve silently to the whole Install section
+    with pytest.raises(InvalidParameterError, match=r"merged_from\[0\] has no content"):
+        await small.resolve(merged(dict(INSTALL)), missing=missing)
+    # content that is not text: it used to be ignored, and the part matched by its headings alone
+    usage = {"parent_id": "guide.md", "headings": ["Guide", "Usage"], "content": 5}
+    with pytest.raises(InvalidParameterError, match=r"merged_from\[0\]\.content must be a string"):
+        await small.resolve(merged(usage), missing=missing)
+    # a plain chunk with empty text and no offsets is refused the same way
+    with pytest.raises(InvalidParameterError, match="empty content"):
+        await small.resolve(Document(id="x", content="", metadata=INSTALL), missing=missing)
+    # a part nested in a part would lose its own parts
+    with pytest.raises(InvalidParameterError, match=r"merged_from\[0\] is itself a merged chunk"):
+        await small.resolve(merged(install_part(merged_from=[install_part()])), missing=missing)
+
+
+@pytest.mark.anyio
+async def test_a_merged_part_without_content_resolves_by_its_offsets(small: SectionIndex) -> None:
+    offsets = {SECTION_INDEX: 0, SECTION_START: 4, SECTION_END: 7}  # "pip" in "Run pip install fastrag."
+    (section,) = await small.resolve(merged({"id": "p", **INSTALL, **offsets}))
+    parent = await small.get("guide.md")
+    assert parent is not None
+    (span,) = section.chunk_spans
+    assert parent.text[span[0] : span[1]] == "pip"
+
+
+@pytest.mark.anyio
+async def test_a_parent_id_of_the_wrong_type_is_reported_as_such(small: SectionIndex) -> None:
+    with pytest.raises(InvalidParameterError, match="parent_id'] has the wrong type") as caught:
+        await small.resolve(Document(id="x", content="Run", metadata={"parent_id": 5}))
+    assert "no parent_id" not in str(caught.value)
+    with pytest.raises(InvalidParameterError, match=r"merged_from\[0\]\.parent_id has the wrong type"):
+        await small.resolve(merged(install_part(parent_id=["guide.md"])))
+    with pytest.raises(InvalidParameterError, match="no parent_id"):
+        await small.resolve(Document(id="x", content="Run"))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("metadata", "key"),
+    [
+        ({SECTION_INDEX: 0, SECTION_START: -5, SECTION_END: -2}, SECTION_START),
+        ({SECTION_INDEX: 0, SECTION_START: 0.0, SECTION_END: 3.0}, SECTION_START),
+        ({SECTION_INDEX: "0", SECTION_START: 0, SECTION_END: 3}, SECTION_INDEX),
+        ({SECTION_INDEX: True}, SECTION_INDEX),
+        ({SECTION_INDEX: -1}, SECTION_INDEX),
+        ({SECTION_INDEX: 0, SECTION_START: 3, SECTION_END: 0}, SECTION_START),
+        ({SECTION_INDEX: 0, SECTION_START: 0}, SECTION_START),  # half a span
+        ({SECTION_START: 0, SECTION_END: 3}, SECTION_START),  # a span in no section
+        ({"headings": "Guide"}, "headings"),
+        ({"headings": [1, 2]}, "headings"),
+        ({"headings": {"a": 1}}, "headings"),
+        ({"content_hash": 5}, "content_hash"),
+    ],
+)
+@pytest.mark.parametrize("missing", ["raise", "skip"])
+async def test_malformed_provenance_keys_are_refused_naming_the_key(
+    small: SectionIndex, metadata, key, missing
+) -> None:
+    hit = Document(id="x", content="Run", metadata={**INSTALL, **metadata})
+    with pytest.raises(InvalidParameterError, match=rf"metadata\['{key}'\]"):
+        await small.resolve(hit, missing=missing)
+    with pytest.raises(InvalidParameterError, match=rf"merged_from\[0\]\.{key}"):
+        await small.resolve(merged(install_part(**metadata)), missing=missing)
+
+
+@pytest.mark.anyio
+async def test_offsets_past_the_end_of_the_section_mean_another_version(small: SectionIndex) -> None:
+    hit = Document(id="x", content="Run", metadata={**INSTALL, SECTION_INDEX: 0, SECTION_START: 0, SECTION_END: 10**9})
+    with pytest.raises(SectionNotFoundError, match="past the end"):
+        await small.resolve(hit)
+    assert await small.resolve(hit, missing="skip") == []
+    # None means "not recorded", as stores with a fixed schema return it: matched by headings and text
+    unrecorded = Document(id="y", content="Run", metadata={**INSTALL, SECTION_INDEX: None, "content_hash": None})
+    (section,) = await small.resolve(unrecorded)
+    assert section.heading == "Install"
+
+
+# ------------------------------------------------------------------------------ other public methods
+
+
+@pytest.mark.anyio
+async def test_get_and_delete_refuse_ids_of_the_wrong_type(small: SectionIndex) -> None:
+    for bad in (["guide.md"], None, 5, ""):
+        with pytest.raises(InvalidParameterError, match="parent_id must be a non-empty string"):
+            await small.get(bad)  # type: ignore[arg-type]
+    for kwargs, match in [
+        ({"parent_ids": [{"a": 1}]}, r"parent_ids\[0\]"),
+        ({"parent_ids": ["guide.md", 1]}, r"parent_ids\[1\]"),
+        ({"parent_ids": [None]}, r"parent_ids\[0\]"),
+        ({"parent_ids": "guide.md"}, "wrap a single one in a list"),
+        ({"source_uris": b"guide.md"}, "wrap a single one in a list"),
+        ({"source_uris": 5}, "source_uris must be a collection"),
+        ({"source_uris": {"guide.md": 1}}, "source_uris must be a collection"),
+    ]:
+        with pytest.raises(InvalidParameterError, match=match):
+            await small.delete(**kwargs)
+    assert await small.parent_ids() == ["guide.md"]  # nothing was deleted on the way
+    assert await small.delete(parent_ids=(pid for pid in ["guide.md", "other.md"])) == 1
+
+
+@pytest.mark.anyio
+async def test_add_text_names_an_unknown_kind_and_accepts_a_kind_by_its_value() -> None:
+    async with SectionIndex() as index:
+        with pytest.raises(InvalidParameterError, match="unknown kind 'exe'") as caught:
+            await index.add_text("# A\n\nb\n", source_uri="a.md", kind="exe")  # type: ignore[arg-type]
+        assert "markdown" in str(caught.value) and "beir-corpus" in str(caught.value)
+        assert "JSON" not in str(caught.value)
+        with pytest.raises(InvalidParameterError, match="unknown kind"):
+            await index.add_text("# A\n\nb\n", source_uri="a.md", kind=3)  # type: ignore[arg-type]
+        # a .txt file parsed as Markdown by the kind's value: the heading is a heading
+        (added,) = await index.add_text("# A\n\nb\n", source_uri="notes.txt", kind="markdown")  # type: ignore[arg-type]
+        assert [s.heading_path for s in added.sections] == [("A",)]
+        assert await index.parent_ids() == ["notes.txt"]
+
+
+@pytest.mark.anyio
+async def test_writes_refuse_arguments_of_the_wrong_type(tmp_path: Path) -> None:
+    from fastrag.ingestion.parsers import ParsedDocument, Section
+
+    doc = parse_markdown("# A\n\nb\n", source_uri="a.md", default_title="a")
+    write(tmp_path, "a.md", "# A\n\nb\n")
+    async with SectionIndex() as index:
+        with pytest.raises(InvalidParameterError, match="source_uri '\\\\ud800.md' is not valid Unicode"):
+            await index.add_text("# A\n", source_uri="\ud800.md")
+        with pytest.raises(InvalidParameterError, match="source_uri must be a non-empty string"):
+            await index.add_text("# A\n", source_uri=None)  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="use add"):
+            await index.add_all(doc)  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="add_all takes a list"):
+            await index.add_all(None)  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="content_hash"):
+            await index.add(doc, content_hash="")
+        bad_docs = [
+            (ParsedDocument(source_uri=5, title="t", sections=()), r"documents\[1\]\.id"),  # type: ignore[arg-type]
+            (ParsedDocument(source_uri="b.md", title=None, sections=()),  # type: ignore[arg-type]
+             r"documents\[1\]\.title"),
+            (ParsedDocument(source_uri="b.md", title="t", sections=(Section(("A",), b"x"),)),  # type: ignore[arg-type]
+             r"documents\[1\]\.sections\[0\]\.text"),
+            (ParsedDocument(source_uri="b.md", title="t", sections=(Section("A", "x"),)),  # type: ignore[arg-type]
+             r"documents\[1\]\.sections\[0\]\.heading_path"),
+            (ParsedDocument(source_uri="b.md", title="\udc80", sections=()), r"documents\[1\]\.title is not valid"),
+        ]
+        for bad, match in bad_docs:
+            with pytest.raises(InvalidParameterError, match=match):
+                await index.add_all([doc, bad])
+        with pytest.raises(InvalidParameterError, match="path must be"):
+            await index.add_file(5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidParameterError, match="source_uri must be a non-empty string"):
+            await index.add_file(tmp_path / "a.md", source_uri="")  # used to fall back to the default name
+        assert await index.parent_ids() == []  # nothing was written by any of these
+
+
+@pytest.mark.parametrize("bad", [None, 5, "", b"x.db", "a\x00b.db"])
+def test_a_path_that_is_not_a_file_name_is_refused(bad, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidParameterError, match="path must be"):
+        SectionIndex(bad)
+    assert list(tmp_path.iterdir()) == []  # no file named "None" or "5"
+
+
+def test_merge_chunks_refuses_an_empty_id_and_a_non_string_separator() -> None:
+    chunk = Document(id="a#0", content="A.", metadata={"parent_id": "a"})
+    with pytest.raises(InvalidParameterError, match="id must be a non-empty string"):
+        merge_chunks([chunk], id="")
+    with pytest.raises(InvalidParameterError, match="separator"):
+        merge_chunks([chunk, chunk], separator=None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError):
+        merge_chunks("a#0")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_tree_walks_refuse_a_section_of_another_document(small: SectionIndex) -> None:
+    await small.add(parse_markdown("# Other\n\n## Deep\n\nx\n", source_uri="other.md", default_title="o"))
+    guide, other = await small.get("guide.md"), await small.get("other.md")
+    assert guide is not None and other is not None
+    deep = other.sections[-1]
+    assert [a.heading for a in other.ancestors(deep)] == ["Other"]
+    with pytest.raises(SectionNotFoundError, match="other.md#section-1"):
+        guide.ancestors(deep)
+    with pytest.raises(SectionNotFoundError):
+        guide.children(replace(deep, id="nope"))
+    with pytest.raises(InvalidParameterError, match="SourceSection"):
+        guide.children("guide.md#section-0")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_corrupt_stored_row_is_a_backend_error(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    async with SectionIndex(path) as index:
+        await index.add(parse_markdown(SMALL, source_uri="guide.md", default_title="guide"))
+    with sqlite3.connect(path) as conn:  # another program writes to the table
+        conn.execute("UPDATE fastrag_sections SET sections = '{not json' WHERE parent_id = 'guide.md'")
+    async with SectionIndex(path) as index:
+        with pytest.raises(BackendError, match="corrupt"):
+            await index.get("guide.md")
+        with pytest.raises(BackendError, match="corrupt"):
+            await index.resolve(Document(id="x", content="Run", metadata=INSTALL))

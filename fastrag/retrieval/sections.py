@@ -34,15 +34,22 @@ heading path and its text: the one section under those headings whose body conta
 one per original chunk (``{"id", "content", "parent_id", "headings", "section_index", ...}``, as
 :func:`merge_chunks` builds them), resolves to the sections of all its parts, in document order, each
 once.
+
+**Malformed hits.** A hit whose provenance has the wrong shape (a ``parent_id`` that is not a string, a
+merged part whose ``id`` is not a string or that has neither text nor offsets, offsets that are not ints)
+raises :class:`~fastrag.errors.InvalidParameterError` naming the key, whatever ``missing`` says: it is a
+bug in whatever produced the hit, not a gap in the index.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import reprlib
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -196,10 +203,15 @@ class ParentDocument:
         raise SectionNotFoundError(f"{self.id!r} has no section {section_id!r}", parent_id=self.id)
 
     def ancestors(self, section: SourceSection) -> tuple[SourceSection, ...]:
-        """The sections enclosing ``section``, outermost first (empty at depth 0 and 1)."""
-        by_id = {s.id: s for s in self.sections}
+        """The sections enclosing ``section``, outermost first (empty at depth 0 and 1).
+
+        Raises:
+            InvalidParameterError: ``section`` is not a :class:`SourceSection`.
+            SectionNotFoundError: ``section`` is not a section of this document (its ``id`` is unknown here).
+        """
+        by_id = self._sections_by_id(section)
         chain: list[SourceSection] = []
-        current = section.parent_section_id
+        current = by_id[section.id].parent_section_id
         while current is not None:
             enclosing = by_id[current]
             chain.append(enclosing)
@@ -207,9 +219,22 @@ class ParentDocument:
         return tuple(reversed(chain))
 
     def children(self, section: SourceSection) -> tuple[SourceSection, ...]:
-        """The sections directly nested under ``section``, in document order."""
+        """The sections directly nested under ``section``, in document order.
+
+        Raises:
+            InvalidParameterError: ``section`` is not a :class:`SourceSection`.
+            SectionNotFoundError: ``section`` is not a section of this document (its ``id`` is unknown here).
+        """
+        by_id = self._sections_by_id(section)
+        return tuple(by_id[child] for child in by_id[section.id].child_ids)
+
+    def _sections_by_id(self, section: SourceSection) -> dict[str, SourceSection]:
+        if not isinstance(section, SourceSection):
+            raise InvalidParameterError(f"section must be a SourceSection, got {type(section).__name__}")
         by_id = {s.id: s for s in self.sections}
-        return tuple(by_id[child] for child in section.child_ids)
+        if section.id not in by_id:
+            raise SectionNotFoundError(f"{self.id!r} has no section {section.id!r}", parent_id=self.id)
+        return by_id
 
 
 def merge_chunks(
@@ -234,10 +259,17 @@ def merge_chunks(
         ``score`` or ``rank``: the merged document has not been ranked.
 
     Raises:
-        InvalidParameterError: ``chunks`` is empty or holds something other than a Document.
+        InvalidParameterError: ``chunks`` is empty or holds something other than a Document; ``id`` is given
+            but not a non-empty string; ``separator`` is not a string; a chunk that is itself merged has a
+            malformed :data:`MERGED_FROM` (not a non-empty list of mappings, or a part's ``id`` that is not
+            a non-empty string).
     """
-    if isinstance(chunks, Document) or not isinstance(chunks, Sequence) or not chunks:
+    if isinstance(chunks, Document) or isinstance(chunks, str) or not isinstance(chunks, Sequence) or not chunks:
         raise InvalidParameterError("merge_chunks needs a non-empty sequence of Documents")
+    if id is not None and (not isinstance(id, str) or not id):
+        raise InvalidParameterError(f"merge_chunks: id must be a non-empty string or None, got {_describe(id)}")
+    if not isinstance(separator, str):
+        raise InvalidParameterError(f"merge_chunks: separator must be a string, got {type(separator).__name__}")
     parts: list[dict[str, Any]] = []
     for chunk in chunks:
         if not isinstance(chunk, Document):
@@ -257,7 +289,8 @@ def merge_chunks(
     if len(parent_ids) == 1 and None not in parent_ids:
         metadata[PARENT_ID] = parent_ids.pop()
     content = separator.join(chunk.content for chunk in chunks)
-    return Document(id=id or "+".join(chunk.id for chunk in chunks), content=content, metadata=metadata)
+    merged_id = id if id is not None else "+".join(chunk.id for chunk in chunks)
+    return Document(id=merged_id, content=content, metadata=metadata)
 
 
 class SectionIndex:
@@ -274,9 +307,12 @@ class SectionIndex:
     documents yourself with :meth:`add`, :meth:`add_text` or :meth:`add_file`.
 
     Args:
-        path: a database file (created with its parent folders if missing) or ``":memory:"``.
+        path: a database file (created with its parent folders if missing) or ``":memory:"``; a ``str`` or
+            a path-like object.
 
     Raises:
+        InvalidParameterError: ``path`` is not a string or path-like object, is empty, or holds a NUL
+            character.
         BackendUnavailableError: the file cannot be opened, or holds a section table of another schema
             version.
 
@@ -290,7 +326,12 @@ class SectionIndex:
     """
 
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self.path = str(path)
+        raw = os.fspath(path) if isinstance(path, os.PathLike) else path
+        if not isinstance(raw, str) or not raw or "\x00" in raw:
+            raise InvalidParameterError(
+                f'path must be a database file name or ":memory:" (a non-empty str or path), got {_describe(path)}'
+            )
+        self.path = raw
         self._lock = threading.Lock()
         self._closed = False
         self._conn = self._open(self.path)
@@ -316,7 +357,10 @@ class SectionIndex:
                 "SELECT value FROM fastrag_sections_meta WHERE key = 'schema_version'"
             ).fetchone()
             if version != _SCHEMA_VERSION:
-                raise BackendUnavailableError(f"unsupported section index schema version {version}", store=path)
+                raise BackendUnavailableError(
+                    f"unsupported section index schema version {version!r} (this fastrag reads {_SCHEMA_VERSION!r})",
+                    store=path,
+                )
         except (sqlite3.Error, OSError) as exc:
             if conn is not None:
                 conn.close()
@@ -374,43 +418,60 @@ class SectionIndex:
             The document as stored, normalised.
 
         Raises:
-            InvalidParameterError: ``document`` is not a ``ParsedDocument`` or ``content_hash`` not a string.
-            BackendError: SQLite failed; nothing was written.
-        """
-        return (await self.add_all([document], content_hash=content_hash))[0]
-
-    async def add_all(
-        self, documents: Sequence[ParsedDocument], *, content_hash: str | None = None
-    ) -> list[ParentDocument]:
-        """Add several parsed documents in one transaction (as :meth:`add`; for a BEIR corpus, one file).
-
-        Raises:
-            InvalidParameterError: an item is not a ``ParsedDocument``, two share an id, or ``content_hash``
-                is not a string.
+            InvalidParameterError: ``document`` is not a ``ParsedDocument`` (or one whose ``id``,
+                ``source_uri``, ``title`` or sections have the wrong types, or hold text that is not valid
+                Unicode), or ``content_hash`` is not a non-empty string.
             BackendError: SQLite failed; nothing was written.
         """
         from fastrag.ingestion.parsers import ParsedDocument
 
-        if content_hash is not None and not isinstance(content_hash, str):
-            raise InvalidParameterError(f"content_hash must be a string, got {type(content_hash).__name__}")
+        if not isinstance(document, ParsedDocument):
+            raise InvalidParameterError(
+                f"add takes a ParsedDocument, got {type(document).__name__} (add_text parses text for you)"
+            )
+        return (await self.add_all([document], content_hash=content_hash))[0]
+
+    async def add_all(
+        self, documents: Iterable[ParsedDocument], *, content_hash: str | None = None
+    ) -> list[ParentDocument]:
+        """Add several parsed documents in one transaction (as :meth:`add`; for a BEIR corpus, one file).
+
+        Args:
+            documents: the parsed documents (a list, tuple or other iterable, not a single document).
+            content_hash: as for :meth:`add`, recorded on every document.
+
+        Returns:
+            The documents as stored, normalised, in the order given.
+
+        Raises:
+            InvalidParameterError: ``documents`` is not an iterable of documents (a single
+                ``ParsedDocument``, a string, ``None``), an item is not a ``ParsedDocument`` or has fields of
+                the wrong types (``id``, ``source_uri``: non-empty strings; ``title``: a string; each
+                section's ``heading_path``: strings, ``text``: a string), holds text that is not valid
+                Unicode, two share an id, or ``content_hash`` is not a non-empty string.
+            BackendError: SQLite failed; nothing was written.
+        """
+        from fastrag.ingestion.parsers import ParsedDocument
+
+        if content_hash is not None and (not isinstance(content_hash, str) or not content_hash):
+            raise InvalidParameterError(
+                f"content_hash must be a non-empty string or None, got {_describe(content_hash)}"
+            )
+        if isinstance(documents, ParsedDocument):
+            raise InvalidParameterError("add_all takes a list of ParsedDocuments; use add() for a single one")
+        if isinstance(documents, str | bytes | Mapping) or not isinstance(documents, Iterable):
+            raise InvalidParameterError(f"add_all takes a list of ParsedDocuments, got {type(documents).__name__}")
         docs = list(documents)
         ids: set[str] = set()
-        for doc in docs:
+        rows: list[tuple[Any, ...]] = []
+        for position, doc in enumerate(docs):
             if not isinstance(doc, ParsedDocument):
                 raise InvalidParameterError(f"expected a ParsedDocument, got {type(doc).__name__}")
+            sections = _check_parsed(doc, where=f"documents[{position}]")
             if doc.id in ids:
                 raise InvalidParameterError(f"parent id {doc.id!r} appears twice")
             ids.add(doc.id)
-        rows = [
-            (doc.id, doc.source_uri, doc.title, content_hash,
-             json.dumps([[list(s.heading_path), s.text] for s in doc.sections], ensure_ascii=False))
-            for doc in docs
-        ]  # fmt: skip
-        for row in rows:
-            try:
-                "".join(str(value) for value in row).encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidParameterError(f"{row[1]}: text is not valid Unicode ({exc.reason})") from exc
+            rows.append((doc.id, doc.source_uri, doc.title, content_hash, json.dumps(sections, ensure_ascii=False)))
         await self._run(self._write_sync, rows)
         return [_normalise(doc.id, doc.source_uri, doc.title, content_hash, doc.sections) for doc in docs]
 
@@ -424,7 +485,9 @@ class SectionIndex:
             conn.execute("ROLLBACK")
             raise
 
-    async def add_text(self, text: str, *, source_uri: str, kind: FileKind | None = None) -> list[ParentDocument]:
+    async def add_text(
+        self, text: str, *, source_uri: str, kind: FileKind | str | None = None
+    ) -> list[ParentDocument]:
         """Parse ``text`` as the file ``source_uri`` would be parsed, and add the result.
 
         The content hash recorded is the SHA-256 of ``text`` encoded as UTF-8, which equals the pipeline's
@@ -434,73 +497,93 @@ class SectionIndex:
             text: the file's contents.
             source_uri: the file's path as the pipeline names it (relative to the working directory,
                 ``/`` separators); chooses the format unless ``kind`` is given.
-            kind: the format (:class:`~fastrag.ingestion.parsers.FileKind`).
+            kind: the format: a :class:`~fastrag.ingestion.parsers.FileKind` or its value (``"text"``,
+                ``"markdown"``, ``"html"``, ``"beir-corpus"``); by default judged from ``source_uri``.
 
         Returns:
             The documents added (one, or one per line of a BEIR corpus).
 
         Raises:
-            InvalidParameterError: ``text`` or ``source_uri`` is not a string.
-            IngestionError: the format is unsupported or the text cannot be parsed.
+            InvalidParameterError: ``text`` is not a string; ``source_uri`` is not a non-empty string; either
+                is not valid Unicode (a lone surrogate); ``kind`` is not one of the kinds (the message lists
+                them).
+            IngestionError: ``source_uri`` names an unsupported format (and no ``kind`` is given), or the
+                text cannot be parsed as that format.
             BackendError: SQLite failed; nothing was written.
         """
         if not isinstance(text, str):
             raise InvalidParameterError(f"text must be a string, got {type(text).__name__}")
+        _check_source_uri(source_uri)
+        file_kind = _check_kind(kind)
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InvalidParameterError(f"{source_uri}: text is not valid Unicode ({exc.reason})") from exc
-        return await self._add_bytes(data, source_uri=source_uri, kind=kind)
+        return await self._add_bytes(data, source_uri=source_uri, kind=file_kind)
 
     async def add_file(self, path: str | Path, *, source_uri: str | None = None) -> list[ParentDocument]:
         """Read, parse and add one file, named as :class:`~fastrag.ingestion.IngestionPipeline` names it.
 
         Args:
-            path: the file.
-            source_uri: its name in the index; by default the pipeline's: the path relative to the working
-                directory when under it, else absolute, with ``/`` separators.
+            path: the file (a ``str`` or path-like object).
+            source_uri: its name in the index; by default (``None``) the pipeline's: the path relative to the
+                working directory when under it, else absolute, with ``/`` separators.
 
         Returns:
             The documents added (one, or one per line of a BEIR corpus).
 
         Raises:
-            IngestionError: the file cannot be read, its format is unsupported, or it cannot be parsed.
+            InvalidParameterError: ``path`` is not a non-empty string or path-like object; ``source_uri``
+                is given but not a non-empty string; the name (given, or the default one built from a file
+                name that is not UTF-8) is not valid Unicode.
+            IngestionError: the file cannot be read (missing, a directory, no permission), its format is
+                unsupported, or it cannot be parsed.
             BackendError: SQLite failed; nothing was written.
         """
         from fastrag.errors import IngestionError
         from fastrag.ingestion.pipeline import source_uri_of
 
-        file = Path(path)
+        raw = os.fspath(path) if isinstance(path, os.PathLike) else path
+        if not isinstance(raw, str) or not raw or "\x00" in raw:
+            raise InvalidParameterError(f"path must be a non-empty str or path, got {_describe(path)}")
+        if source_uri is not None:
+            _check_source_uri(source_uri)
+        file = Path(raw)
         try:
             data = await anyio.to_thread.run_sync(file.read_bytes)
         except OSError as exc:
             raise IngestionError(f"{file}: cannot read ({exc.strerror or exc})") from exc
-        return await self._add_bytes(data, source_uri=source_uri or source_uri_of(file), kind=None)
+        uri = source_uri if source_uri is not None else source_uri_of(file)
+        _check_source_uri(uri)
+        return await self._add_bytes(data, source_uri=uri, kind=None)
 
     async def _add_bytes(self, data: bytes, *, source_uri: str, kind: FileKind | None) -> list[ParentDocument]:
         from fastrag.ingestion.parsers import parse
 
-        if not isinstance(source_uri, str) or not source_uri:
-            raise InvalidParameterError(f"source_uri must be a non-empty string, got {source_uri!r}")
         documents = await anyio.to_thread.run_sync(lambda: parse(data, source_uri=source_uri, kind=kind))
         return await self.add_all(documents, content_hash=hashlib.sha256(data).hexdigest())
 
-    async def delete(self, *, parent_ids: Sequence[str] | None = None, source_uris: Sequence[str] | None = None) -> int:
+    async def delete(
+        self, *, parent_ids: Iterable[str] | None = None, source_uris: Iterable[str] | None = None
+    ) -> int:
         """Delete documents by parent id or by ``source_uri`` (either or both).
 
+        Args:
+            parent_ids: ids of documents to delete (a list, tuple, set or other iterable of strings).
+            source_uris: delete every document from these sources (BEIR: every document of the corpus file).
+
         Returns:
-            How many documents were deleted.
+            How many documents were deleted (ids and sources that match nothing count 0).
 
         Raises:
-            InvalidParameterError: neither argument given, or one is a single string rather than a sequence.
+            InvalidParameterError: neither argument given; one is a single string (or bytes, a mapping, or
+                not iterable) rather than a collection of strings; an item is not a non-empty string.
             BackendError: SQLite failed; nothing was deleted.
         """
         if parent_ids is None and source_uris is None:
             raise InvalidParameterError("delete needs parent_ids or source_uris")
-        for name, values in (("parent_ids", parent_ids), ("source_uris", source_uris)):
-            if isinstance(values, str):
-                raise InvalidParameterError(f"{name} must be a sequence of strings; wrap a single one in a list")
-        pids, uris = list(parent_ids or ()), list(source_uris or ())
+        pids = [] if parent_ids is None else _check_strings(parent_ids, name="parent_ids")
+        uris = [] if source_uris is None else _check_strings(source_uris, name="source_uris")
 
         def delete_sync() -> int:
             conn = self._conn
@@ -521,11 +604,14 @@ class SectionIndex:
     # -------------------------------------------------------------------------------------- reads
 
     async def get(self, parent_id: str) -> ParentDocument | None:
-        """The stored document with id ``parent_id``, normalised, or ``None``.
+        """The stored document with id ``parent_id``, normalised, or ``None`` when there is none.
 
         Raises:
-            BackendError: SQLite failed.
+            InvalidParameterError: ``parent_id`` is not a non-empty string (a list of ids, ``None``, an int).
+            BackendError: SQLite failed, or the stored row is corrupt (written by something else).
         """
+        if not isinstance(parent_id, str) or not parent_id:
+            raise InvalidParameterError(f"parent_id must be a non-empty string, got {_describe(parent_id)}")
         return (await self._load([parent_id])).get(parent_id)
 
     async def parent_ids(self) -> list[str]:
@@ -554,7 +640,16 @@ class SectionIndex:
         rows = await self._run(load_sync)
         loaded: dict[str, ParentDocument] = {}
         for pid, uri, title, content_hash, sections in rows:
-            parsed = [(tuple(path), text) for path, text in json.loads(sections)]
+            try:
+                parsed = [(tuple(path), text) for path, text in json.loads(sections)]
+                if not all(isinstance(text, str) and all(isinstance(h, str) for h in path) for path, text in parsed):
+                    raise TypeError("a section is not ([headings], text)")
+                if not all(isinstance(v, str) for v in (uri, title)) or not isinstance(content_hash, str | None):
+                    raise TypeError("a column has the wrong type")
+            except (TypeError, ValueError) as exc:
+                raise BackendError(
+                    f"the stored document {pid!r} is corrupt ({exc}); add it again", store=self.path
+                ) from exc
             loaded[pid] = _normalise(pid, uri, title, content_hash, parsed)
         return loaded
 
@@ -570,7 +665,9 @@ class SectionIndex:
                 outermost first). The returned list itself holds only the sections the chunk text lies in.
             missing: what to do with a chunk (or a part of a merged chunk) that cannot be traced:
                 ``"raise"`` (default) raises :class:`~fastrag.errors.SectionNotFoundError`; ``"skip"``
-                leaves it out, so the result holds the sections that were found (possibly none).
+                leaves it out, so the result holds the sections that were found (possibly none). A
+                malformed hit is never skipped: it raises :class:`~fastrag.errors.InvalidParameterError`
+                in both modes.
 
         Returns:
             The sections, each once, in document order (for a merged chunk spanning several parents: the
@@ -580,40 +677,50 @@ class SectionIndex:
             (``chunk_ids``, ``chunk_spans``). A plain chunk gives one section.
 
         Raises:
-            InvalidParameterError: ``hit`` is not a Document, names no ``parent_id`` (nor does a part of a
-                merged chunk), its :data:`MERGED_FROM` is not a non-empty list of mappings, ``ancestors`` is
-                not a bool, or ``missing`` is not ``"raise"`` or ``"skip"``.
+            InvalidParameterError: ``ancestors`` is not a bool, ``missing`` is not ``"raise"`` or
+                ``"skip"``, or the hit is malformed (the message names the bad key, as
+                ``metadata['parent_id']`` or ``merged_from[2].id``):
+
+                - ``hit`` is not a Document;
+                - ``parent_id`` is absent, or not a non-empty string;
+                - :data:`MERGED_FROM` is not a non-empty list of mappings, a part's ``id`` is given but is
+                  not a non-empty string, or a part is itself merged;
+                - a part's ``content`` is given but is not a string;
+                - ``headings`` is not a list of strings, or ``content_hash`` not a string;
+                - :data:`SECTION_INDEX`, :data:`SECTION_START` or :data:`SECTION_END` is not an int (a bool,
+                  float or string is refused), is negative, ``section_start > section_end``, only one of
+                  those two is given, or they are given without ``section_index``;
+                - the chunk cannot be located at all: it has no text (no ``content``, or ``""``) and no
+                  section offsets.
+
+                ``None`` for ``headings``, ``content_hash`` and the section keys means "not recorded", as if
+                the key were absent.
             SectionNotFoundError: with ``missing="raise"``: the parent document is not in the index; the
                 index holds another version of it (the chunk's ``content_hash`` differs from the stored
-                one, or the chunk's text is not where its offsets say); no section under the chunk's
+                one, its section index or heading path is not in the document, its offsets lie past the
+                end of the section, or its text is not where its offsets say); no section under the chunk's
                 headings contains its text, or (for a chunk without offsets) more than one does.
-            BackendError: SQLite failed.
+            BackendError: SQLite failed, or a stored row is corrupt.
         """
         if not isinstance(hit, Document):
             raise InvalidParameterError(f"hit must be a Document, got {type(hit).__name__}")
         if not isinstance(ancestors, bool):
             raise InvalidParameterError(f"ancestors must be a bool, got {ancestors!r}")
-        if missing not in _MISSING_MODES:
+        if not isinstance(missing, str) or missing not in _MISSING_MODES:
             raise InvalidParameterError(f'missing must be "raise" or "skip", got {missing!r}')
-        parts = _merged_parts(hit) if MERGED_FROM in hit.metadata else [_part_of(hit)]
-        for part in parts:
-            if not isinstance(part.get(PARENT_ID), str) or not part[PARENT_ID]:
-                raise InvalidParameterError(
-                    f"chunk {part.get('id')!r} has no parent_id in its metadata, so it cannot be traced to a "
-                    "section (chunks written by IngestionPipeline have one)"
-                )
-        parent_order = list(dict.fromkeys(part[PARENT_ID] for part in parts))
+        parts = _parts_to_resolve(hit)
+        parent_order = list(dict.fromkeys(part.parent_id for part in parts))
         parents = await self._load(parent_order)
         # (parent_id, position) -> chunk spans found in it, as (document start, document end, chunk id)
         found: dict[tuple[str, int], list[tuple[int, int, str]]] = {}
         for part in parts:
             try:
-                section, span = _locate(parents.get(part[PARENT_ID]), part)
+                section, span = _locate(parents.get(part.parent_id), part)
             except SectionNotFoundError:
                 if missing == "raise":
                     raise
                 continue
-            found.setdefault((section.parent_id, section.position), []).append((*span, part["id"]))
+            found.setdefault((section.parent_id, section.position), []).append((*span, part.id))
         results: list[SourceSection] = []
         for key in sorted(found, key=lambda k: (parent_order.index(k[0]), k[1])):
             parent = parents[key[0]]
@@ -633,14 +740,161 @@ class SectionIndex:
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def _part_of(doc: Document) -> dict[str, Any]:
-    """A chunk's id, text and provenance keys, the shape of one :data:`MERGED_FROM` entry."""
-    part: dict[str, Any] = {"id": doc.id, "content": doc.content}
-    part.update({key: doc.metadata[key] for key in _PROVENANCE_KEYS if key in doc.metadata})
-    return part
+def _describe(value: Any) -> str:
+    """A short description of a bad argument for an error message: its type and a bounded repr."""
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _check_strings(values: Any, *, name: str) -> list[str]:
+    """``values`` as a list of non-empty strings; raises InvalidParameterError naming ``name[i]``."""
+    if isinstance(values, str | bytes):
+        raise InvalidParameterError(f"{name} must be a collection of strings; wrap a single one in a list")
+    if isinstance(values, Mapping) or not isinstance(values, Iterable):
+        raise InvalidParameterError(f"{name} must be a collection of strings, got {_describe(values)}")
+    items = list(values)
+    for position, value in enumerate(items):
+        if not isinstance(value, str) or not value:
+            raise InvalidParameterError(f"{name}[{position}] must be a non-empty string, got {_describe(value)}")
+    return items
+
+
+def _check_source_uri(source_uri: Any) -> None:
+    if not isinstance(source_uri, str) or not source_uri:
+        raise InvalidParameterError(f"source_uri must be a non-empty string, got {_describe(source_uri)}")
+    try:
+        source_uri.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidParameterError(f"source_uri {source_uri!r} is not valid Unicode ({exc.reason})") from exc
+
+
+def _check_kind(kind: Any) -> FileKind | None:
+    """``kind`` as a FileKind (``None`` stays ``None``); a FileKind's value is accepted for it."""
+    from fastrag.ingestion.parsers import FileKind
+
+    if kind is None or isinstance(kind, FileKind):
+        return kind
+    if isinstance(kind, str):
+        try:
+            return FileKind(kind)
+        except ValueError:
+            pass
+    kinds = ", ".join(f"FileKind.{member.name} ({member.value!r})" for member in FileKind)
+    raise InvalidParameterError(f"unknown kind {kind!r}; the kinds are {kinds}, or None to judge by source_uri")
+
+
+def _check_parsed(doc: ParsedDocument, *, where: str) -> list[list[Any]]:
+    """The document's sections as stored (``[[headings...], text]`` pairs), after checking its fields."""
+    for name in ("id", "source_uri"):
+        value = getattr(doc, name)
+        if not isinstance(value, str) or not value:
+            raise InvalidParameterError(f"{where}.{name} must be a non-empty string, got {_describe(value)}")
+    if not isinstance(doc.title, str):
+        raise InvalidParameterError(f"{where}.title must be a string, got {_describe(doc.title)}")
+    texts: list[tuple[str, str]] = [(f"{where}.id", doc.id), (f"{where}.source_uri", doc.source_uri),
+                                    (f"{where}.title", doc.title)]  # fmt: skip
+    sections: list[list[Any]] = []
+    for position, section in enumerate(doc.sections):
+        name = f"{where}.sections[{position}]"
+        path, text = getattr(section, "heading_path", None), getattr(section, "text", None)
+        if isinstance(path, str) or not isinstance(path, Sequence) or not all(isinstance(h, str) for h in path):
+            raise InvalidParameterError(f"{name}.heading_path must be a tuple of strings, got {_describe(path)}")
+        if not isinstance(text, str):
+            raise InvalidParameterError(f"{name}.text must be a string, got {_describe(text)}")
+        texts.extend((f"{name}.heading_path", heading) for heading in path)
+        texts.append((f"{name}.text", text))
+        sections.append([list(path), text])
+    for name, text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidParameterError(f"{name} is not valid Unicode ({exc.reason})") from exc
+    return sections
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One chunk to trace (a plain hit, or one part of a merged hit), checked."""
+
+    id: str
+    parent_id: str
+    content: str | None  # None: the part recorded no text
+    headings: tuple[str, ...] | None  # None: not recorded
+    content_hash: str | None
+    section_index: int | None
+    span: tuple[int, int] | None  # (section_start, section_end) in the section's body
+
+
+def _parts_to_resolve(hit: Document) -> list[_Part]:
+    """The checked parts of ``hit``: itself, or one per :data:`MERGED_FROM` entry."""
+    if MERGED_FROM not in hit.metadata:
+        raw = {"content": hit.content}
+        raw.update({key: hit.metadata[key] for key in _PROVENANCE_KEYS if key in hit.metadata})
+        name = f"chunk {hit.id!r}"
+        return [_check_part(raw, chunk_id=hit.id, name=name, label=lambda key: f"{name}: metadata[{key!r}]")]
+    parts: list[_Part] = []
+    for index, raw in enumerate(_merged_parts(hit)):
+        name = f"{hit.id!r}: {MERGED_FROM}[{index}]"
+        if MERGED_FROM in raw:
+            raise InvalidParameterError(
+                f"{name} is itself a merged chunk; merge_chunks flattens merged chunks into their parts"
+            )
+        parts.append(_check_part(raw, chunk_id=raw["id"], name=name, label=lambda key, name=name: f"{name}.{key}"))
+    return parts
+
+
+def _check_part(raw: Mapping[str, Any], *, chunk_id: str, name: str, label: Callable[[str], str]) -> _Part:
+    """Check one chunk's provenance keys; ``name`` names the chunk and ``label(key)`` a key, in messages."""
+    parent_id = raw.get(PARENT_ID)
+    if parent_id is None:
+        raise InvalidParameterError(
+            f"{name} has no parent_id in its metadata, so it cannot be traced to a section "
+            "(chunks written by IngestionPipeline have one)"
+        )
+    if not isinstance(parent_id, str) or not parent_id:
+        raise InvalidParameterError(
+            f"{label(PARENT_ID)} has the wrong type or is empty: it must be a non-empty string, got "
+            f"{_describe(parent_id)}"
+        )
+    content = raw.get("content")
+    if "content" in raw and not isinstance(content, str):
+        raise InvalidParameterError(f"{label('content')} must be a string, got {_describe(content)}")
+    headings = raw.get(HEADINGS)
+    if headings is not None and (
+        isinstance(headings, str | bytes)
+        or not isinstance(headings, Sequence)
+        or not all(isinstance(h, str) for h in headings)
+    ):
+        raise InvalidParameterError(f"{label(HEADINGS)} must be a list of strings, got {_describe(headings)}")
+    content_hash = raw.get(CONTENT_HASH)
+    if content_hash is not None and not isinstance(content_hash, str):
+        raise InvalidParameterError(f"{label(CONTENT_HASH)} must be a string, got {_describe(content_hash)}")
+    index, start, end = (raw.get(key) for key in (SECTION_INDEX, SECTION_START, SECTION_END))
+    for key, value in ((SECTION_INDEX, index), (SECTION_START, start), (SECTION_END, end)):
+        if value is not None and (not _is_int(value) or value < 0):
+            raise InvalidParameterError(f"{label(key)} must be an int >= 0, got {_describe(value)}")
+    if (start is None) != (end is None):
+        given = SECTION_START if end is None else SECTION_END
+        raise InvalidParameterError(f"{label(given)}: {SECTION_START} and {SECTION_END} go together; got only one")
+    if start is not None and index is None:
+        raise InvalidParameterError(f"{label(SECTION_START)} and {SECTION_END} need {SECTION_INDEX}")
+    if start is not None and start > end:
+        raise InvalidParameterError(f"{label(SECTION_START)} ({start}) is past {SECTION_END} ({end})")
+    span = None if start is None else (start, end)
+    if not content and span is None:
+        what = "no content" if content is None else "empty content"
+        raise InvalidParameterError(
+            f"{name} has {what} and no {SECTION_START}/{SECTION_END}, so there is nothing to locate it by"
+        )
+    return _Part(
+        id=chunk_id, parent_id=parent_id, content=content,
+        headings=None if headings is None else tuple(headings), content_hash=content_hash,
+        section_index=index, span=span,
+    )  # fmt: skip
 
 
 def _merged_parts(doc: Document) -> list[dict[str, Any]]:
+    """The raw :data:`MERGED_FROM` entries of ``doc`` as dicts, each with an ``id`` (``f"{doc.id}[{i}]"``
+    when it has none); raises when the list or an entry's id is malformed."""
     raw = doc.metadata.get(MERGED_FROM)
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence) or not raw:
         raise InvalidParameterError(f"{doc.id!r}: metadata[{MERGED_FROM!r}] must be a non-empty list of mappings")
@@ -651,56 +905,64 @@ def _merged_parts(doc: Document) -> list[dict[str, Any]]:
                 f"{doc.id!r}: metadata[{MERGED_FROM!r}][{index}] must be a mapping, got {type(entry).__name__}"
             )
         part = dict(entry)
-        part.setdefault("id", f"{doc.id}[{index}]")
+        if "id" not in part:
+            part["id"] = f"{doc.id}[{index}]"
+        elif not isinstance(part["id"], str) or not part["id"]:
+            raise InvalidParameterError(
+                f"{doc.id!r}: {MERGED_FROM}[{index}].id must be a non-empty string, got {_describe(part['id'])}"
+            )
         parts.append(part)
     return parts
 
 
-def _locate(parent: ParentDocument | None, part: Mapping[str, Any]) -> tuple[SourceSection, tuple[int, int]]:
+def _locate(parent: ParentDocument | None, part: _Part) -> tuple[SourceSection, tuple[int, int]]:
     """The section a chunk lies in and the chunk's span in the parent's text; raises when not found."""
-    chunk_id, parent_id = part.get("id"), part[PARENT_ID]
+    chunk_id, parent_id = part.id, part.parent_id
 
     def not_found(reason: str) -> SectionNotFoundError:
         return SectionNotFoundError(f"chunk {chunk_id!r}: {reason}", parent_id=parent_id, chunk_id=chunk_id)
 
     if parent is None:
         raise not_found(f"parent document {parent_id!r} is not in the section index")
-    chunk_hash = part.get(CONTENT_HASH)
+    chunk_hash = part.content_hash
     if chunk_hash is not None and parent.content_hash is not None and chunk_hash != parent.content_hash:
         raise not_found(
             f"the section index holds another version of {parent_id!r} (content_hash {parent.content_hash[:12]}…, "
-            f"the chunk's {str(chunk_hash)[:12]}…); index the file again"
+            f"the chunk's {chunk_hash[:12]}…); index the file again"
         )
-    content = part.get("content")
-    content = content if isinstance(content, str) else None
-    headings = part.get(HEADINGS)
-    path = tuple(headings) if isinstance(headings, Sequence) and not isinstance(headings, str) else None
-    index, start, end = (part.get(key) for key in (SECTION_INDEX, SECTION_START, SECTION_END))
-    if _is_int(index):
+    content, path, index = part.content, part.headings, part.section_index
+    if index is not None:
         section = next((s for s in parent.sections if s.parsed_index == index), None)
         if section is None or (path is not None and section.heading_path != path):
             raise not_found(f"{parent_id!r} has no section {index} under {path!r}; the document changed")
-        if _is_int(start) and _is_int(end) and 0 <= start <= end <= len(section.text):
+        if part.span is not None:
+            start, end = part.span
+            if end > len(section.text):
+                raise not_found(
+                    f"its offsets [{start}:{end}] lie past the end of section {index} ({len(section.text)} "
+                    "characters); the document changed"
+                )
             if content is None or section.text[start:end] == content:
                 return section, (section.start + start, section.start + end)
             raise not_found(f"its text is not at [{start}:{end}] of section {index}; the document changed")
-        if content is not None and content in section.text:
+        assert content  # _check_part: a part without offsets has text
+        if content in section.text:
             offset = section.text.index(content)
             return section, (section.start + offset, section.start + offset + len(content))
         raise not_found(f"its text is not in section {index} of {parent_id!r}; the document changed")
     # no recorded section: the one section under the chunk's headings whose body holds its text
+    assert content  # _check_part: a part without offsets has text
     candidates = [
         s for s in parent.sections
-        if s.parsed_index is not None and (path is None or s.heading_path == path)
-        and (content is None or content in s.text)
+        if s.parsed_index is not None and (path is None or s.heading_path == path) and content in s.text
     ]  # fmt: skip
     if len(candidates) != 1:
         reason = "no section" if not candidates else f"{len(candidates)} sections"
-        raise not_found(f"{reason} of {parent_id!r} under {path!r} contain its text")
+        under = "under any headings" if path is None else f"under {path!r}"
+        raise not_found(f"{reason} of {parent_id!r} {under} contain its text")
     section = candidates[0]
-    offset = section.text.index(content) if content is not None else 0
-    length = len(content) if content is not None else len(section.text)
-    return section, (section.start + offset, section.start + offset + length)
+    offset = section.text.index(content)
+    return section, (section.start + offset, section.start + offset + len(content))
 
 
 def _is_int(value: Any) -> bool:
