@@ -9,9 +9,12 @@
         tool = kb.as_tool(user_id="alice")                # a function-calling tool over the same search
 
 Search settings resolve field by field: the request (keyword arguments of :meth:`KnowledgeBase.search`),
-then the knowledge base (``settings=``), then :data:`SYSTEM_DEFAULTS` (hybrid search, weighted min-max
-fusion 0.7 dense / 0.3 BM25, 20 results). :meth:`KnowledgeBase.search_result` returns the resolved
-settings, where each came from, and which strategy ran.
+then the knowledge base (``settings=``), then the system defaults: :data:`SYSTEM_DEFAULTS` (hybrid search,
+weighted min-max fusion 0.7 dense / 0.3 BM25, 20 results), except that the fusion weights follow the
+measured table :data:`~fastrag.retrieval.hybrid.LEXICAL_WEIGHT_BY_EMBEDDER` when the embedder is one of the
+static models shipped with fastrag (BM25 0.9 / dense 0.1; origin ``"default:embedder"``).
+:meth:`KnowledgeBase.search_result` returns the resolved settings, where each came from, and which strategy
+ran.
 
 Writes go to the vector store and, when there is a separate one, the lexical (BM25) store: every
 ``add_documents``, ``delete`` and ``clear`` hits both, so the two indexes hold the same documents. Nothing
@@ -20,7 +23,9 @@ files that changed.
 
 Scoping (tenants): ``user_id=``, ``agent_id=`` or ``scope={"any_key": value}`` on a write stamps the
 documents with those keys and stores them under scope-qualified ids; on a search, count or delete it
-confines the call to documents carrying all of those keys (see :class:`KnowledgeBase`).
+confines the call to documents carrying all of those keys (see :class:`KnowledgeBase`). A write whose
+documents carry a tenant key the call's scope does not set to the same value is refused, so no write (and
+no unscoped write) can plant a document in a tenant's view.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from fastrag.errors import (
     FilterError,
     InvalidParameterError,
     UnknownParameterError,
+    UnsupportedFilterError,
 )
 from fastrag.filters import (
     RANGE_OPERATORS,
@@ -64,11 +70,15 @@ from fastrag.filters import (
 )
 from fastrag.filters import field as filter_field
 from fastrag.models import (
+    BRANCHES,
     CHUNK_INDEX,
     CONTENT_HASH,
+    HEADINGS,
     LANGUAGE,
     PARENT_ID,
+    RANK,
     RESERVED_KEYS,
+    SCORE,
     SOURCE_URI,
     TITLE,
     Document,
@@ -79,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fastrag.ingestion.pipeline import IngestionReport
     from fastrag.protocols import Embedder, Reranker
     from fastrag.retrieval.result import RetrievalResult
+    from fastrag.retrieval.sections import SectionIndex
     from fastrag.tool import KnowledgeBaseTool
 
 __all__ = [
@@ -87,6 +98,10 @@ __all__ = [
     "AUTO_WIDE_RETRIEVAL_K",
     "FIELD_TYPES",
     "FUSIONS",
+    "MAX_RANK_CONSTANT",
+    "MAX_SCOPE_INT",
+    "MAX_WEIGHT",
+    "MIN_SCOPE_INT",
     "SEARCH_MODES",
     "SYSTEM_DEFAULTS",
     "KnowledgeBase",
@@ -100,25 +115,44 @@ logger = logging.getLogger("fastrag.knowledge_base")
 
 SearchMode: TypeAlias = Literal["vector", "keyword", "hybrid", "auto"]
 SEARCH_MODES: tuple[str, ...] = ("vector", "keyword", "hybrid", "auto")
-"""``"vector"`` (dense k-NN), ``"keyword"`` (BM25), ``"hybrid"`` (both, fused), ``"auto"`` (by corpus size)."""
+"""``"vector"`` (dense k-NN), ``"keyword"`` (BM25), ``"hybrid"`` (both, fused), ``"auto"`` (by corpus size,
+counted in chunks)."""
 FUSIONS: tuple[str, ...] = ("weighted", "rrf")
 """``"weighted"``: :class:`~fastrag.retrieval.fusion.WeightedScoreFusion` on min-max normalised scores;
 ``"rrf"``: :class:`~fastrag.retrieval.fusion.ReciprocalRankFusion` with ``rank_constant`` and the weights."""
-FIELD_TYPES: tuple[str, ...] = ("string", "long", "double", "date", "list", "boolean")
-"""The metadata field types a knowledge base can declare (see :class:`KnowledgeBase`, ``fields=``)."""
+FIELD_TYPES: tuple[str, ...] = ("string", "long", "double", "date", "list", "boolean", "tenant")
+"""The metadata field types a knowledge base can declare (see :class:`KnowledgeBase`, ``fields=``).
+``"tenant"`` marks a tenant key (a non-empty str or a signed 64-bit int), like the built-in ``user_id`` and
+``agent_id``: writes must set it through the call's scope, never in a document's metadata."""
 
-Origin: TypeAlias = Literal["request", "knowledge_base", "default"]
+Origin: TypeAlias = Literal["request", "knowledge_base", "default", "default:embedder"]
+
+MAX_WEIGHT = 1_000_000.0
+"""The largest ``vector_weight`` / ``keyword_weight``. Only the ratio of the weights matters (fusion divides
+by their sum); the bound keeps that sum and every weighted score finite (two weights of ``1e308`` overflow
+to infinity)."""
+MAX_RANK_CONSTANT = 1_000_000.0
+"""The largest RRF ``rank_constant``. Cormack et al. (2009) use 60 and found little change between 10 and
+100; beyond a few thousand every rank gets almost the same ``1 / (rank_constant + rank)``, so fusion
+degenerates into a tie-break, and near ``1e308`` the scores underflow. 10^6 leaves every sensible value
+and keeps adjacent ranks (up to 10,000 deep) apart by far more than float64 rounding."""
+MIN_SCOPE_INT = -(2**63)
+"""The smallest int scope value (signed 64-bit, what every store's integer metadata holds)."""
+MAX_SCOPE_INT = 2**63 - 1
+"""The largest int scope value (signed 64-bit)."""
 
 AUTO_DIRECT_MAX = 40
-"""``"auto"`` runs ``"direct"`` retrieval (one exact dense pass, no fusion) at or below this many documents.
+"""``"auto"`` runs ``"direct"`` retrieval at or below this many chunks (the scope's and filter's chunks, not
+files).
 
-Reasoning: 40 is the default ``retrieval_k``. A corpus this small is handed whole to each hybrid branch,
-so the first stage selects nothing and fusion cannot add recall; one exact k-NN pass (SQLite's dense
-search scores every vector) ranks every document, including those that share no word with the question,
-which BM25 never returns (and BM25's IDF is noisy over a few dozen documents). An engineering default, not
-a measured optimum: override it with ``auto_direct_max``."""
+``"direct"`` is exact hybrid fusion over the whole corpus: each branch (dense k-NN and BM25) is asked for
+as many candidates as the corpus holds, so nothing is cut before fusion, and the lists are fused with the
+resolved hybrid settings (weights, fusion, ``rank_constant``). Its cost grows with the corpus, hence the
+threshold. 40 is the default ``retrieval_k``: up to there, ``"direct"`` and ``"hybrid"`` fetch the same
+candidates, and ``"direct"`` stays exact when ``retrieval_k`` is set lower. An engineering default, not a
+measured optimum: override it with ``auto_direct_max`` (at most 10,000, the largest candidate list)."""
 AUTO_RERANK_MIN = 10_000
-"""``"auto"`` adds a reranker (when ``rerank_model`` is set) from this many documents up.
+"""``"auto"`` adds a reranker (when ``rerank_model`` is set) from this many chunks up.
 
 Reasoning: a reranker costs the same per query whatever the corpus size (``retrieval_k`` candidates), while
 the share of near-miss candidates in a first-stage top-k grows with the corpus; from about ten thousand
@@ -130,7 +164,12 @@ AUTO_WIDE_RETRIEVAL_K = 100
 was set explicitly): deeper lists let fusion surface a document one branch ranks low (100 matches the
 Recall@100 the evaluation reports)."""
 
-_TENANT = "tenant"  # internal field type of user_id / agent_id: a str or an int
+_TENANT = "tenant"  # field type of user_id / agent_id (and declared tenant keys): a str or an int
+_STAMPED_KEYS = (SCORE, RANK, BRANCHES)  # set by ranking stages on the copies they return; refused on write
+# built-in keys a function-calling tool does not offer (the model never sees their values)
+_TOOL_HIDDEN_KEYS = frozenset(
+    {CONTENT_HASH, "chunker", "section_index", "section_start", "section_end", CHUNK_INDEX, PARENT_ID}
+)
 _IMPLICIT_FIELDS: Mapping[str, str] = MappingProxyType(
     {
         SOURCE_URI: "string",
@@ -139,7 +178,7 @@ _IMPLICIT_FIELDS: Mapping[str, str] = MappingProxyType(
         PARENT_ID: "string",
         CHUNK_INDEX: "long",
         CONTENT_HASH: "string",
-        "headings": "list",  # fastrag.ingestion.pipeline.HEADINGS
+        HEADINGS: "list",
         "chunker": "string",  # fastrag.ingestion.pipeline.CHUNKER
         "section_index": "long",  # fastrag.retrieval.sections: where a chunk lies in its parsed section
         "section_start": "long",
@@ -178,13 +217,14 @@ class SearchSettings:
     search_mode: str | None = None
     """``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"auto"`` (see :data:`SEARCH_MODES`)."""
     vector_weight: float | None = None
-    """Weight of the dense branch in hybrid fusion; a finite number >= 0."""
+    """Weight of the dense branch in hybrid fusion; a number in [0, :data:`MAX_WEIGHT`] (10^6)."""
     keyword_weight: float | None = None
-    """Weight of the BM25 branch in hybrid fusion; a finite number >= 0 (not both weights 0)."""
+    """Weight of the BM25 branch in hybrid fusion; a number in [0, :data:`MAX_WEIGHT`] (not both weights 0)."""
     fusion: str | None = None
     """``"weighted"`` (min-max normalised scores, weighted sum) or ``"rrf"`` (see :data:`FUSIONS`)."""
     rank_constant: float | None = None
-    """RRF's ``k`` (Cormack et al. 2009 use 60), a finite number > 0; only used when ``fusion="rrf"``."""
+    """RRF's ``k`` (Cormack et al. 2009 use 60), a number in (0, :data:`MAX_RANK_CONSTANT`] (10^6); only used
+    when ``fusion="rrf"``."""
     rerank: bool | None = None
     """Rerank the first stage's ``retrieval_k`` candidates with ``rerank_model``."""
     rerank_model: Any = None
@@ -197,9 +237,10 @@ class SearchSettings:
     top_k: int | None = None
     """How many documents a search returns (at most); an int in [1, 10,000]."""
     auto_direct_max: int | None = None
-    """``"auto"``: the largest corpus searched by ``"direct"`` retrieval (see :data:`AUTO_DIRECT_MAX`)."""
+    """``"auto"``: the largest corpus, in chunks, searched by ``"direct"`` retrieval; an int in [0, 10,000]
+    (see :data:`AUTO_DIRECT_MAX`)."""
     auto_rerank_min: int | None = None
-    """``"auto"``: the smallest corpus that gets a reranker (see :data:`AUTO_RERANK_MIN`)."""
+    """``"auto"``: the smallest corpus, in chunks, that gets a reranker (see :data:`AUTO_RERANK_MIN`)."""
 
     def __post_init__(self) -> None:
         if self.search_mode is not None and self.search_mode not in SEARCH_MODES:
@@ -208,13 +249,18 @@ class SearchSettings:
             )
         for name in ("vector_weight", "keyword_weight"):
             value = getattr(self, name)
-            if value is not None and (not _is_number(value) or not math.isfinite(value) or value < 0):
-                raise InvalidParameterError(f"{name} must be a finite number >= 0, got {value!r}")
+            if value is not None and (not _is_number(value) or not 0 <= value <= MAX_WEIGHT):
+                raise InvalidParameterError(
+                    f"{name} must be a number in [0, {MAX_WEIGHT:g}] (only the ratio of the weights matters), "
+                    f"got {value!r}"
+                )
         if self.fusion is not None and self.fusion not in FUSIONS:
             raise InvalidParameterError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
         rc = self.rank_constant
-        if rc is not None and (not _is_number(rc) or not math.isfinite(rc) or rc <= 0):
-            raise InvalidParameterError(f"rank_constant must be a finite number > 0, got {rc!r}")
+        if rc is not None and (not _is_number(rc) or not 0 < rc <= MAX_RANK_CONSTANT):
+            raise InvalidParameterError(
+                f"rank_constant must be a number in (0, {MAX_RANK_CONSTANT:g}] (Cormack et al. 2009 use 60), got {rc!r}"
+            )
         if self.rerank is not None and not isinstance(self.rerank, bool):
             raise InvalidParameterError(f"rerank must be true or false, got {self.rerank!r}")
         model = self.rerank_model
@@ -234,7 +280,7 @@ class SearchSettings:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidParameterError(f"{name} must be an int >= {low}, got {value!r}")
-            if name in ("retrieval_k", "top_k") and value > MAX_K:
+            if name in ("retrieval_k", "top_k", "auto_direct_max") and value > MAX_K:
                 raise InvalidParameterError(f"{name} must be at most {MAX_K}, got {value}")
 
     @classmethod
@@ -274,9 +320,11 @@ SYSTEM_DEFAULTS = SearchSettings(
 per branch (as :class:`~fastrag.retrieval.hybrid.HybridRetriever`), 20 results, and the ``"auto"`` thresholds
 :data:`AUTO_DIRECT_MAX` and :data:`AUTO_RERANK_MIN`.
 
-With the static model shipped in fastrag, measurements favour BM25 much more (0.9 BM25 / 0.1 dense, see
-:data:`~fastrag.retrieval.hybrid.LEXICAL_WEIGHT_BY_EMBEDDER`): set ``keyword_weight=0.9, vector_weight=0.1``
-on such a knowledge base."""
+The weights are embedder-aware (see :func:`resolve_settings`): a weight that neither the request nor the
+knowledge base sets comes from :data:`~fastrag.retrieval.hybrid.LEXICAL_WEIGHT_BY_EMBEDDER` when the
+embedder is listed there (the static models shipped with fastrag: BM25 0.9 / dense 0.1, measured on SciFact
+and XQuAD-en, where their dense branch is far weaker than BM25), and from here (0.7 dense / 0.3 BM25)
+otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +335,9 @@ class ResolvedSearchSettings:
     reranker configured anywhere).
 
     Attributes:
-        origins: for each field name, ``"request"``, ``"knowledge_base"`` or ``"default"``.
+        origins: for each field name, ``"request"``, ``"knowledge_base"``, ``"default"`` (the system defaults),
+            or ``"default:embedder"`` (a fusion weight from the embedder's measured defaults, see
+            :func:`resolve_settings`).
     """
 
     search_mode: str
@@ -304,7 +354,8 @@ class ResolvedSearchSettings:
     origins: Mapping[str, Origin] = field(default_factory=lambda: MappingProxyType({}))
 
     def origin(self, name: str) -> Origin:
-        """Where setting ``name`` came from: ``"request"``, ``"knowledge_base"`` or ``"default"``.
+        """Where setting ``name`` came from: ``"request"``, ``"knowledge_base"``, ``"default"`` or
+        ``"default:embedder"``.
 
         Raises:
             UnknownParameterError: ``name`` is not a setting.
@@ -319,8 +370,17 @@ def resolve_settings(
     knowledge_base: SearchSettings | None = None,
     *,
     defaults: SearchSettings = SYSTEM_DEFAULTS,
+    embedder_name: str | None = None,
 ) -> ResolvedSearchSettings:
     """Resolve each field: ``request`` if set there, else ``knowledge_base``, else ``defaults``.
+
+    Embedder-aware weights: when ``embedder_name`` is a key of
+    :data:`~fastrag.retrieval.hybrid.LEXICAL_WEIGHT_BY_EMBEDDER` (the static models shipped with fastrag),
+    a ``keyword_weight`` that neither ``request`` nor ``knowledge_base`` sets is that table's BM25 weight
+    (0.9) and such a ``vector_weight`` is the rest (0.1), with origin ``"default:embedder"``; the table is
+    the one :func:`~fastrag.retrieval.hybrid.default_fusion` uses, measured with min-max fusion (with
+    ``fusion="rrf"`` the same weights apply, unmeasured). Each weight resolves on its own: setting one leaves
+    the other at its default.
 
     Then checks across fields:
 
@@ -334,6 +394,7 @@ def resolve_settings(
         request: the call's settings.
         knowledge_base: the knowledge base's settings.
         defaults: the last layer (every field but ``rerank_model`` must be set there).
+        embedder_name: the knowledge base's embedder's ``name``, or ``None`` (then ``defaults`` alone).
 
     Raises:
         InvalidParameterError: a check above fails (the message says where each value came from), or
@@ -356,9 +417,15 @@ def resolve_settings(
             if f.name != "rerank_model":
                 raise InvalidParameterError(f"defaults leave {f.name!r} unset")
             values[f.name], origins[f.name] = None, "default"
+    lexical_share = _measured_lexical_weight(embedder_name)
+    if lexical_share is not None:
+        for name, weight in (("keyword_weight", lexical_share), ("vector_weight", round(1.0 - lexical_share, 10))):
+            if origins[name] == "default":
+                values[name], origins[name] = weight, "default:embedder"
 
     def said(name: str) -> str:
-        return f"{name}={values[name]!r} (from the {origins[name].replace('_', ' ')})"
+        where = {"default:embedder": "embedder's measured default"}.get(origins[name], origins[name].replace("_", " "))
+        return f"{name}={values[name]!r} (from the {where})"
 
     if values["vector_weight"] == 0 and values["keyword_weight"] == 0:
         raise InvalidParameterError(
@@ -381,6 +448,15 @@ def resolve_settings(
     return ResolvedSearchSettings(**values, origins=MappingProxyType(origins))
 
 
+def _measured_lexical_weight(embedder_name: str | None) -> float | None:
+    """BM25's measured share for this embedder (the table hybrid.py uses), or ``None``."""
+    if not isinstance(embedder_name, str):
+        return None
+    from fastrag.retrieval.hybrid import LEXICAL_WEIGHT_BY_EMBEDDER
+
+    return LEXICAL_WEIGHT_BY_EMBEDDER.get(embedder_name)
+
+
 # ------------------------------------------------------------------------------------------ response
 
 
@@ -390,15 +466,16 @@ class SearchResponse:
 
     Attributes:
         documents: best first, at most ``settings.top_k``; each a copy stamped with ``score`` (higher is
-            better; its range is the last stage's: cosine in [-1, 1] for vector and direct, BM25 unbounded
-            > 0 for keyword, [0, 1] for weighted fusion, ``(0, sum of weights / (rank_constant + 1)]`` for
-            RRF, the reranker's own for a reranked search) and zero-based ``rank``. Empty when the call
-            failed or nothing matched.
+            better; its range is the last stage's: cosine in [-1, 1] for vector, BM25 unbounded > 0 for
+            keyword, [0, 1] for weighted fusion (hybrid and direct), ``(0, sum of weights / (rank_constant +
+            1)]`` for RRF, the reranker's own for a reranked search) and zero-based ``rank``. Empty when the
+            call failed or nothing matched.
         settings: the resolved settings, with where each came from.
-        strategy: what ran: ``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"direct"`` (one exact dense
-            pass, chosen by ``"auto"``), with ``"+rerank"`` appended when a reranker narrowed the result.
-        corpus_size: with ``"auto"``, the number of documents the call could see (its scope and filter),
-            which chose the strategy; ``None`` otherwise.
+        strategy: what ran: ``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"direct"`` (exact hybrid fusion
+            over the whole corpus, chosen by ``"auto"``: both branches return every chunk they match), with
+            ``"+rerank"`` appended when a reranker narrowed the result.
+        corpus_size: with ``"auto"``, the number of chunks (stored documents, not files) the call could see
+            (its scope and filter), which chose the strategy; ``None`` otherwise.
         error: why the call failed, or ``None`` (see :class:`~fastrag.retrieval.result.RetrievalResult`).
         failed_branches: ``{branch: error}`` for every failed branch.
         partial: ``True`` when some branches failed and the result comes from the others.
@@ -423,31 +500,49 @@ class SearchResponse:
 # --------------------------------------------------------------------------------------------- scopes
 
 
+def _check_scope_value(key: str, value: Any) -> None:
+    """A scope value is a non-empty str of valid Unicode, or an int in signed 64-bit; nothing else."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidParameterError(
+            f"scope value of {key!r} must be a non-empty str or an int, got {type(value).__name__} {value!r}"
+        )
+    if isinstance(value, int):
+        if not MIN_SCOPE_INT <= value <= MAX_SCOPE_INT:
+            raise InvalidParameterError(
+                f"scope value of {key!r} must be an int within signed 64-bit [-2**63, 2**63 - 1]; "
+                f"got one with {value.bit_length()} bits"
+            )
+        return
+    if value == "":
+        raise InvalidParameterError(f"scope value of {key!r} must be a non-empty str or an int, got ''")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidParameterError(f"scope value of {key!r} is not valid Unicode (a lone surrogate?)") from exc
+
+
 def _scope_of(user_id: Any, agent_id: Any, scope: Mapping[str, Any] | None) -> dict[str, str | int]:
-    """The tenant keys of one call, checked."""
+    """The tenant keys of one call, checked: identifiers that are not reserved keys, with values that are
+    non-empty str or signed 64-bit int (never bool or float); ``user_id``/``agent_id`` must agree with
+    ``scope`` in type and value."""
     merged: dict[str, Any] = {}
     if scope is not None:
         if not isinstance(scope, Mapping):
             raise InvalidParameterError(f"scope must be a mapping of metadata key to value, got {scope!r}")
-        merged.update(scope)
+        for key, value in scope.items():
+            if not isinstance(key, str) or not _KEY_RE.match(key):
+                raise InvalidParameterError(f"scope keys must be identifiers (letters, digits, _), got {key!r}")
+            if key in RESERVED_KEYS or (key in _IMPLICIT_FIELDS and _IMPLICIT_FIELDS[key] != _TENANT):
+                raise InvalidParameterError(f"scope key {key!r} is a reserved metadata key")
+            _check_scope_value(key, value)
+            merged[key] = value
     for key, value in (("user_id", user_id), ("agent_id", agent_id)):
         if value is None:
             continue
-        if key in merged and merged[key] != value:
+        _check_scope_value(key, value)
+        if key in merged and (type(merged[key]) is not type(value) or merged[key] != value):
             raise InvalidParameterError(f"{key}={value!r} contradicts scope[{key!r}]={merged[key]!r}")
         merged[key] = value
-    for key, value in merged.items():
-        if not isinstance(key, str) or not _KEY_RE.match(key):
-            raise InvalidParameterError(f"scope keys must be identifiers (letters, digits, _), got {key!r}")
-        if key in RESERVED_KEYS or (key in _IMPLICIT_FIELDS and _IMPLICIT_FIELDS[key] != _TENANT):
-            raise InvalidParameterError(f"scope key {key!r} is a reserved metadata key")
-        if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
-            raise InvalidParameterError(f"scope value of {key!r} must be a non-empty str or an int, got {value!r}")
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidParameterError(f"scope value of {key!r} is not valid Unicode") from exc
     return merged
 
 
@@ -479,9 +574,22 @@ def _check_id(doc_id: str) -> None:
         )
 
 
+def _check_stamped_keys(doc: Document) -> None:
+    for key in _STAMPED_KEYS:
+        if key in doc.metadata:
+            raise InvalidParameterError(
+                f"document {doc.id!r} has metadata key {key!r}, which fastrag's ranking stages set on the copies "
+                "they return; remove it before writing (a search result's score, rank and branches are not data)"
+            )
+
+
 class _ScopedStore:
     """One call's view of a store: writes stamped with the scope and stored under scope-qualified ids,
     reads and deletes confined to documents carrying every scope key.
+
+    Writes are refused when a document carries a tenant key (``tenant_keys`` or a key of the scope) that
+    the scope does not set to the same value. Reads show only documents whose stored id carries the scope
+    (a second line of defence against documents that reached the store some other way).
 
     A stored id is ``"<k1>=<v1>&<k2>=<v2>::<id>"`` (keys sorted, string values percent-encoded, integers as
     ``<k>#<n>``), so two scopes never share a stored id, even when their values are equal (``user_id=alice``
@@ -490,9 +598,12 @@ class _ScopedStore:
     ``user_id`` scope, so distinct documents never show the same id.
     """
 
-    def __init__(self, store: Any, scope: Mapping[str, str | int]) -> None:
+    def __init__(
+        self, store: Any, scope: Mapping[str, str | int], *, tenant_keys: frozenset[str] = frozenset()
+    ) -> None:
         self.store = store
         self.scope = dict(scope)
+        self.tenant_keys = tenant_keys | set(self.scope)
         self._filter: Filter | None = combine_filters(*[filter_field(k) == v for k, v in sorted(self.scope.items())])
 
     # ids
@@ -526,20 +637,52 @@ class _ScopedStore:
         doc_id = match.group(2) if not rest else f"{_prefix(rest)}{_SEPARATOR}{match.group(2)}"
         return Document(id=doc_id, content=doc.content, metadata=doc.metadata)
 
+    def owns(self, stored_id: str) -> bool:
+        """Whether a scoped write of this scope (or a narrower one) stored this id."""
+        if not self.scope:
+            return True
+        match = _SCOPED_ID.match(stored_id)
+        if not match:
+            return False
+        written = _parse_prefix(match.group(1))
+        return all(k in written and type(written[k]) is type(v) and written[k] == v for k, v in self.scope.items())
+
+    def shown(self, found: list[Document]) -> list[Document]:
+        kept = [self.visible(doc) for doc in found if self.owns(doc.id)]
+        if len(kept) != len(found):
+            logger.error("tenant isolation: %d document(s) not written under the scope were removed",
+                         len(found) - len(kept))  # fmt: skip
+        return kept
+
+    def check_documents(self, documents: Sequence[Document]) -> None:
+        """Refuse documents with a scoped-looking id, a stage-stamped key, or a tenant key the scope does not set."""
+        for doc in documents:
+            _check_id(doc.id)
+            _check_stamped_keys(doc)
+            for key in sorted(self.tenant_keys):
+                if key not in doc.metadata:
+                    continue
+                current = doc.metadata[key]
+                if key not in self.scope:
+                    raise InvalidParameterError(
+                        f"document {doc.id!r} has tenant key {key}={current!r} in its metadata, which this call's "
+                        f"scope does not set: pass the tenant as {key}= or scope={{{key!r}: ...}} instead of in "
+                        "the metadata (tenant keys are stamped by the scope, never taken from a document)"
+                    )
+                value = self.scope[key]
+                if type(current) is not type(value) or current != value:
+                    raise InvalidParameterError(
+                        f"document {doc.id!r} has {key}={current!r}; this call writes {key}={value!r}"
+                    )
+
     def confine(self, filter: Any) -> Any:  # noqa: A002
         return combine_filters(self._filter, filter)
 
     # writes
     async def upsert(self, documents: Sequence[Document], *, embeddings: Any = None) -> None:
+        self.check_documents(documents)
         stamped = []
         for doc in documents:
-            _check_id(doc.id)
-            for key, value in self.scope.items():
-                current = doc.metadata.get(key, value)
-                if current != value or type(current) is not type(value):
-                    raise InvalidParameterError(
-                        f"document {doc.id!r} has {key}={current!r}; this call writes {key}={value!r}"
-                    )
             if self.scope:
                 doc = Document(id=self.stored_id(doc.id), content=doc.content, metadata={**doc.metadata, **self.scope})
             stamped.append(doc)
@@ -556,7 +699,7 @@ class _ScopedStore:
 
     async def search_vector(self, embedding: Any, *, k: int, filter: Any = None) -> list[Document]:  # noqa: A002
         found = await self.store.search_vector(embedding, k=k, filter=self.confine(filter))
-        return [self.visible(doc) for doc in found]
+        return self.shown(found)
 
     def __getattr__(self, name: str) -> Any:
         # optional capabilities exist exactly when the store has them (so protocol checks answer for it)
@@ -570,11 +713,11 @@ class _ScopedStore:
 
     async def _search_text(self, query: str, *, k: int, filter: Any = None, **options: Any) -> list[Document]:  # noqa: A002
         found = await self.store.search_text(query, k=k, filter=self.confine(filter), **options)
-        return [self.visible(doc) for doc in found]
+        return self.shown(found)
 
     async def _get(self, *, ids: Sequence[str] | None = None, filter: Any = None, limit: int | None = None) -> list[Document]:  # noqa: A002
         found = await self.store.get(ids=self._stored_ids(ids), filter=self.confine(filter), limit=limit)
-        return [self.visible(doc) for doc in found]
+        return self.shown(found)
 
     def __repr__(self) -> str:
         return f"_ScopedStore({self.store!r}, scope={self.scope!r})"
@@ -664,6 +807,10 @@ def _check_filter_fields(node: Filter, fields: Mapping[str, str], path: str = "$
         if kind in ("long", "double"):
             if not _is_number(value):
                 raise FilterError(f"{op} on {label} ({key!r}) needs a number, got {value!r}", path=f"{here}.value")
+            if kind == "long" and isinstance(value, float) and not value.is_integer():
+                raise FilterError(
+                    f"{op} on {label} ({key!r}) needs an integer (a whole number), got {value!r}", path=f"{here}.value"
+                )
         elif kind == "date":
             if not isinstance(value, str):
                 raise FilterError(f"{op} on {label} ({key!r}) needs an ISO-8601 date, got {value!r}", path=f"{here}.value")
@@ -713,7 +860,8 @@ class KnowledgeBase:
         sources: files and folders :meth:`sync` indexes.
         fields: declared metadata fields, ``{name: type}`` with types from :data:`FIELD_TYPES`
             (``"string"``, ``"long"``, ``"double"``, ``"date"`` (ISO-8601 strings), ``"list"``,
-            ``"boolean"``). The keys fastrag sets (``source_uri``, ``title``, ``language``, ``parent_id``,
+            ``"boolean"``, ``"tenant"`` (a tenant key, see Scoping)). The keys fastrag sets (``source_uri``,
+            ``title``, ``language``, ``parent_id``,
             ``chunk_index``, ``content_hash``, ``headings``, ``chunker``, ``section_index``, ``section_start``,
             ``section_end``) and the tenant keys ``user_id`` and
             ``agent_id`` are declared implicitly. With ``fields``, a filter naming an undeclared key, a range
@@ -724,17 +872,28 @@ class KnowledgeBase:
         settings: the knowledge base's :class:`SearchSettings` (the middle layer of resolution).
         require_scope: refuse every read, write and delete that names no scope (``user_id``, ``agent_id``
             or ``scope``), so a forgotten tenant never reads or deletes across tenants.
-        chunker: the :class:`~fastrag.ingestion.chunking.Chunker` for :meth:`sync` (default: 1,000
-            characters, 100 overlap).
+        chunker: the :class:`~fastrag.ingestion.chunking.Chunker` for :meth:`add_sources` and :meth:`sync`
+            (default: 1,000 characters, 100 overlap).
+        sections: a :class:`~fastrag.retrieval.sections.SectionIndex` that :meth:`add_sources` and
+            :meth:`sync` fill with every parsed file (and prune with it), so a hit can be traced back to its
+            section with ``await sections.resolve(hit)``. It is keyed by ``source_uri`` and shared by every
+            tenant; the caller opens and closes it.
 
-    Scoping: every method takes ``user_id=``, ``agent_id=`` and ``scope={"key": value}`` (values are
-    non-empty strings or ints; keys are identifiers, not reserved keys). A write stamps each document's
-    metadata with those keys and stores it under a scope-qualified id, so tenants writing the same id never
-    overwrite each other. A search, count, get or delete sees only documents whose metadata carries every
-    key of its scope: a narrower scope (``user_id="alice", agent_id="a1"``) sees a subset of a wider one
-    (``user_id="alice"``), and no scope sees everything. Results show the ids as written
-    (``"x"``); a wider scope shows the rest of the qualification (``"agent_id=a1::x"``), which
-    :meth:`delete` accepts back.
+    Scoping: every method takes ``user_id=``, ``agent_id=`` and ``scope={"key": value}`` (keys are
+    identifiers, not reserved keys; values are non-empty strings or ints within signed 64-bit, never bools
+    or floats). A write stamps each document's metadata with those keys and stores it under a
+    scope-qualified id, so tenants writing the same id never overwrite each other. A search, count, get or
+    delete sees only documents whose metadata carries every key of its scope: a narrower scope
+    (``user_id="alice", agent_id="a1"``) sees a subset of a wider one (``user_id="alice"``), and no scope
+    sees everything, every tenant's copies included (under qualified ids such as ``"user_id=alice::x"``).
+    Results show the ids as written (``"x"``); a wider scope shows the rest of the qualification
+    (``"agent_id=a1::x"``), which :meth:`delete` accepts back.
+
+    Tenant keys are ``user_id``, ``agent_id``, the fields declared ``"tenant"``, and every key this object
+    has been given in a ``scope``. A write whose documents carry a tenant key in their metadata that the
+    call's scope does not set to the same value (and type) is refused, unscoped writes included, so no
+    write can plant a document in a tenant's view. Declare custom tenant keys in ``fields`` so the check
+    holds from the first call after a restart.
 
     Raises:
         ConfigurationError: invalid ``fields``, ``settings`` that do not resolve (see
@@ -752,6 +911,7 @@ class KnowledgeBase:
         settings: SearchSettings | None = None,
         require_scope: bool = False,
         chunker: Any = None,
+        sections: SectionIndex | None = None,
     ) -> None:
         if not isinstance(store, str) and not callable(getattr(store, "search_vector", None)):
             raise ConfigurationError(f"store must be a store URL or a VectorStore, got {store!r}")
@@ -767,10 +927,15 @@ class KnowledgeBase:
             raise ConfigurationError(f"settings must be a SearchSettings, got {settings!r}")
         if not isinstance(require_scope, bool):
             raise ConfigurationError(f"require_scope must be true or false, got {require_scope!r}")
+        if sections is not None and not callable(getattr(sections, "add_all", None)):
+            raise ConfigurationError(f"sections must be a SectionIndex, got {sections!r}")
         self._fields = _check_fields_declaration(fields)
+        self._tenant_keys: set[str] = {"user_id", "agent_id"} | {
+            name for name, kind in (self._fields or {}).items() if kind == _TENANT
+        }
         self.settings = settings or SearchSettings()
         try:
-            resolve_settings(None, self.settings)
+            resolve_settings(None, self.settings)  # the embedder-aware weights are never both 0: same checks
         except InvalidParameterError as exc:
             raise ConfigurationError(f"knowledge base settings: {exc}") from exc
         self.sources: tuple[str, ...] = tuple(str(s) for s in sources)
@@ -778,7 +943,9 @@ class KnowledgeBase:
         self._store_spec = store
         self._lexical_spec = lexical_store
         self._embedder_spec = embedder
+        self._embedder_name_guess: str | None = None
         self._chunker = chunker
+        self._sections = sections
         self._store: Any = None
         self._lexical: Any = None
         self._embedder: Any = None
@@ -942,17 +1109,32 @@ class KnowledgeBase:
     def _separate_lexical(self) -> bool:
         return self._lexical is not None and self._lexical is not self._store
 
-    def _views(self, user_id: Any, agent_id: Any, scope: Any) -> tuple[_ScopedStore, _ScopedStore | None]:
+    def _views(
+        self, user_id: Any, agent_id: Any, scope: Any, *, filter: Any = None  # noqa: A002
+    ) -> tuple[_ScopedStore, _ScopedStore | None]:
         tenant = _scope_of(user_id, agent_id, scope)
         if self.require_scope and not tenant:
             raise InvalidParameterError("this knowledge base requires a scope: pass user_id=, agent_id= or scope=")
-        vector = _ScopedStore(self._store, tenant)
-        lexical = _ScopedStore(self._lexical, tenant) if self._separate_lexical() else None
+        if tenant and is_native_filter(filter):
+            raise UnsupportedFilterError(
+                "a native backend filter cannot be used with user_id=, agent_id= or scope= (the scope is a fastrag "
+                "filter that must be AND-ed with yours, and only the backend understands a native one); "
+                "express the filter as a fastrag filter"
+            )
+        self._tenant_keys.update(tenant)
+        keys = frozenset(self._tenant_keys)
+        vector = _ScopedStore(self._store, tenant, tenant_keys=keys)
+        lexical = _ScopedStore(self._lexical, tenant, tenant_keys=keys) if self._separate_lexical() else None
         return vector, lexical
 
     def _filter(self, filter: FilterLike | Any | None) -> Any:  # noqa: A002
         if filter is None:
             return None
+        if isinstance(filter, bytes | bytearray):  # JSON text as bytes: parsed like a JSON string
+            try:
+                filter = bytes(filter).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise FilterError(f"a bytes filter must be UTF-8 JSON text: {exc}") from exc
         if is_native_filter(filter):
             if self._fields is not None:
                 raise FilterError("a native backend filter cannot be checked against the declared fields; "
@@ -981,7 +1163,11 @@ class KnowledgeBase:
         Raises:
             InvalidParameterError: ``documents`` is not a sequence of :class:`~fastrag.models.Document`; a
                 declared field holds a value of the wrong type (the message names the document and field); a
-                document names another tenant under a scope key; an id starts like a scoped id; a bad scope.
+                document's metadata holds ``score``, ``rank`` or ``branches`` (set by ranking stages, never
+                data); a document's metadata holds a tenant key (``user_id``, ``agent_id``, a declared
+                ``"tenant"`` field, or a key this knowledge base has seen in a scope) that the call's scope
+                does not set to the same value; an id starts like a scoped id; a bad scope. Nothing of the
+                batch is written then.
             EmbeddingError: the embedder failed; nothing was written.
             BackendError: a store failed. The stores may then differ; writing the same documents again
                 brings them back in step (upserts replace by id).
@@ -997,6 +1183,7 @@ class KnowledgeBase:
                 _check_document_fields(doc, self._fields)
         await self._opened()
         vector, lexical = self._views(user_id, agent_id, scope)
+        vector.check_documents(docs)  # before anything is embedded
         if not docs:
             return 0
         texts = [f"{d.metadata[TITLE]}\n{d.content}" if d.metadata.get(TITLE) else d.content for d in docs]
@@ -1021,7 +1208,10 @@ class KnowledgeBase:
         """Index files and folders with :class:`~fastrag.ingestion.pipeline.IngestionPipeline` (incremental).
 
         Unchanged files are neither embedded nor written, so re-running over a persisted knowledge base
-        costs a lookup per file. Every chunk goes to both stores.
+        costs a lookup per file. Every chunk goes to both stores, cut by the knowledge base's ``chunker``;
+        with ``sections``, every parsed file also goes to that :class:`~fastrag.retrieval.sections.SectionIndex`.
+        A scope's files are tracked on their own: syncing the same folder for ``user_id="alice"`` and for
+        ``user_id="bob"`` writes two copies, and each scope's pruning touches only its own chunks.
 
         Args:
             paths: files and folders; ``None``: the configured ``sources``.
@@ -1050,7 +1240,9 @@ class KnowledgeBase:
             raise InvalidParameterError("paths must be a sequence of paths; wrap a single path in a list")
         await self._opened()
         vector, lexical = self._views(user_id, agent_id, scope)
-        options = {} if self._chunker is None else {"chunker": self._chunker}
+        options: dict[str, Any] = {} if self._chunker is None else {"chunker": self._chunker}
+        if self._sections is not None:
+            options["sections"] = self._sections
         pipeline = IngestionPipeline(embedder=self._embedder, vector_store=vector, lexical_store=lexical,
                                      show_progress=False, **options)  # fmt: skip
         return await pipeline.run(list(paths), prune=prune)
@@ -1065,6 +1257,9 @@ class KnowledgeBase:
         """Bring the knowledge base in line with its configured ``sources``: index new and changed files,
         skip unchanged ones (nothing is embedded for them), and delete the chunks of files that were
         removed from under the sources (:meth:`add_sources` with ``prune=True``).
+
+        With a scope, the sources are indexed into that tenant (and only its chunks are pruned): see
+        :meth:`add_sources`.
 
         Raises:
             ConfigurationError: no sources are configured, or the stores cannot list their documents.
@@ -1089,14 +1284,15 @@ class KnowledgeBase:
 
         Raises:
             InvalidParameterError: neither ``ids`` nor ``filter``; a bad scope.
-            FilterError: the filter is malformed or does not fit the declared fields.
+            FilterError: the filter is malformed or does not fit the declared fields; UnsupportedFilterError
+                (a subclass): a native backend filter together with a scope.
             BackendError: a store failed (deleting again brings the stores back in step).
         """
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
         node = self._filter(filter)
         await self._opened()
-        vector, lexical = self._views(user_id, agent_id, scope)
+        vector, lexical = self._views(user_id, agent_id, scope, filter=node)
         removed = await vector.delete(ids=ids, filter=node)
         if lexical is not None:
             await lexical.delete(ids=ids, filter=node)
@@ -1140,23 +1336,50 @@ class KnowledgeBase:
 
         Raises:
             InvalidParameterError: a bad scope.
-            FilterError: the filter is malformed or does not fit the declared fields.
+            FilterError: the filter is malformed or does not fit the declared fields; UnsupportedFilterError
+                (a subclass): a native backend filter together with a scope.
             BackendError: the store failed.
         """
         node = self._filter(filter)
         await self._opened()
-        vector, _ = self._views(user_id, agent_id, scope)
+        vector, _ = self._views(user_id, agent_id, scope, filter=node)
         return await vector.count(filter=node)
 
     def resolve(self, **request: Any) -> ResolvedSearchSettings:
-        """The settings a search with these keyword arguments would use (request, then this knowledge base,
-        then :data:`SYSTEM_DEFAULTS`).
+        """The settings a search with these keyword arguments would use: the request, then this knowledge
+        base's ``settings``, then the system defaults, with fusion weights from the embedder's measured
+        defaults when it is a shipped static model (see :func:`resolve_settings`). Works before
+        :meth:`open` too (the embedder's name is then taken from ``embedder=``); nothing is retrieved.
+
+        Example: ``kb.resolve(top_k=5).origin("keyword_weight")`` is ``"default:embedder"`` on a knowledge
+        base with the shipped model and no weights set.
 
         Raises:
             UnknownParameterError: an argument is not a :class:`SearchSettings` field.
             InvalidParameterError: a value is invalid, or the resolved settings are inconsistent.
         """
-        return resolve_settings(SearchSettings.from_mapping(request), self.settings)
+        return resolve_settings(
+            SearchSettings.from_mapping(request), self.settings, embedder_name=self._embedder_name()
+        )
+
+    def _embedder_name(self) -> str | None:
+        """The embedder's ``name``: the open one's, else what ``embedder=`` will open (no model is loaded)."""
+        if self._embedder is not None:
+            name = getattr(self._embedder, "name", None)
+            return name if isinstance(name, str) else None
+        spec = self._embedder_spec
+        if spec is not None and not isinstance(spec, str):
+            name = getattr(spec, "name", None)
+            return name if isinstance(name, str) else None
+        if self._embedder_name_guess is None:
+            from fastrag.config import open_embedder
+            from fastrag.errors import FastragError
+
+            try:  # builds the embedder object only (the model loads on first use): its name is the rule
+                self._embedder_name_guess = open_embedder(spec).name
+            except FastragError:
+                return None  # the model2vec extra is missing: open() will say so
+        return self._embedder_name_guess
 
     async def search(
         self,
@@ -1172,7 +1395,8 @@ class KnowledgeBase:
 
         Args:
             query: the question (non-blank, at most 8,192 characters).
-            filter: a fastrag filter (AST, JSON mapping or JSON string), checked against the declared fields.
+            filter: a fastrag filter (AST, JSON mapping, JSON string or UTF-8 JSON bytes), checked against the
+                declared fields; or a native backend filter (only without a scope and without ``fields``).
             user_id: confine the search to this tenant (see the class); likewise ``agent_id``, ``scope``.
             agent_id: see ``user_id``.
             scope: see ``user_id``.
@@ -1186,7 +1410,8 @@ class KnowledgeBase:
         Raises:
             UnknownParameterError: a keyword argument is not a setting.
             InvalidParameterError: an invalid setting, query or scope.
-            FilterError: the filter is malformed or does not fit the declared fields.
+            FilterError: the filter is malformed or does not fit the declared fields; UnsupportedFilterError
+                (a subclass): a native backend filter together with a scope.
             ConfigurationError: the resolved settings need something missing (BM25 on a store without it,
                 a reranker that cannot be built).
             BackendError, EmbeddingError, RerankerError: retrieval failed (use :meth:`search_result` to get
@@ -1216,7 +1441,8 @@ class KnowledgeBase:
         Raises:
             UnknownParameterError: a keyword argument is not a setting.
             InvalidParameterError: an invalid setting, query or scope.
-            FilterError: the filter is malformed or does not fit the declared fields.
+            FilterError: the filter is malformed or does not fit the declared fields; UnsupportedFilterError
+                (a subclass): a native backend filter together with a scope.
             ConfigurationError: the resolved settings need something missing.
         """
         from fastrag.retrieval.result import retrieve_result
@@ -1241,7 +1467,7 @@ class KnowledgeBase:
         description: str | None = None,
         search_mode: str | None = None,
         top_k: int | None = None,
-        max_top_k: int = 50,
+        max_top_k: int | None = None,
         user_id: str | int | None = None,
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
@@ -1253,13 +1479,16 @@ class KnowledgeBase:
             description: what the model reads; ``None`` writes one (naming the declared fields).
             search_mode: the tool's mode; ``None`` inherits this knowledge base's at each call.
             top_k: results when the model gives no ``top_k``; ``None`` inherits.
-            max_top_k: the largest ``top_k`` the model may ask for (the schema's maximum).
-            user_id: bind every call to this tenant (the model cannot change it); likewise ``agent_id``, ``scope``.
+            max_top_k: the largest ``top_k`` the model may ask for (the schema's maximum); ``None``: 50, or
+                ``retrieval_k`` when these settings rerank with an explicit ``retrieval_k`` below that.
+            user_id: bind every call to this tenant (the model cannot change it, nor filter on tenant keys);
+                likewise ``agent_id``, ``scope``.
             agent_id: see ``user_id``.
             scope: see ``user_id``.
 
         Raises:
-            InvalidParameterError: an invalid name, mode, ``top_k``/``max_top_k``, or scope.
+            InvalidParameterError: an invalid name, mode, ``top_k``/``max_top_k`` (``max_top_k`` above what
+                reranking can serve), or scope; no scope on a knowledge base with ``require_scope``.
         """
         from fastrag.tool import KnowledgeBaseTool
 
@@ -1279,16 +1508,18 @@ class KnowledgeBase:
         settings = self.resolve(**request)
         node = self._filter(filter)
         await self._opened()
-        vector_view, lexical_view = self._views(user_id, agent_id, scope)
+        vector_view, lexical_view = self._views(user_id, agent_id, scope, filter=node)
         lexical_view = lexical_view or vector_view
         mode = settings.search_mode
         corpus_size: int | None = None
+        candidate_k = settings.retrieval_k
         rerank = settings.rerank
         if mode == "auto":
             corpus_size = await vector_view.count(filter=node)
             rerank_explicit = settings.origin("rerank") != "default"
             if corpus_size <= settings.auto_direct_max:
-                mode = "direct"
+                mode = "direct"  # exact: each branch returns the whole (scoped, filtered) corpus it matches
+                candidate_k = min(max(corpus_size, 1), MAX_K)
             else:
                 mode = "hybrid"
                 if corpus_size >= settings.auto_rerank_min and not rerank_explicit:
@@ -1298,11 +1529,13 @@ class KnowledgeBase:
                         settings = replace(settings, retrieval_k=max(AUTO_WIDE_RETRIEVAL_K, settings.top_k))
             if rerank and settings.retrieval_k < settings.top_k:
                 settings = replace(settings, retrieval_k=settings.top_k)
-        if mode in ("keyword", "hybrid") and not callable(getattr(lexical_view, "search_text", None)):
+            if mode == "hybrid":
+                candidate_k = settings.retrieval_k
+        if mode in ("keyword", "hybrid", "direct") and not callable(getattr(lexical_view, "search_text", None)):
             raise ConfigurationError(
                 f"search_mode {mode!r} needs BM25, which {self._lexical!r} does not have; configure a lexical_store"
             )
-        retriever = self._first_stage(mode, settings, vector_view, lexical_view)
+        retriever = self._first_stage(mode, settings, vector_view, lexical_view, candidate_k=candidate_k)
         strategy = mode
         if rerank:
             from fastrag.retrieval.reranking import RerankingRetriever
@@ -1314,13 +1547,17 @@ class KnowledgeBase:
         return _Plan(retriever=retriever, settings=settings, strategy=strategy, corpus_size=corpus_size,
                      filter=node, scope_filter=scope_filter)  # fmt: skip
 
-    def _first_stage(self, mode: str, settings: ResolvedSearchSettings, vector: Any, lexical: Any) -> Any:
+    def _first_stage(
+        self, mode: str, settings: ResolvedSearchSettings, vector: Any, lexical: Any, *, candidate_k: int
+    ) -> Any:
+        """The first stage for ``mode``; ``"hybrid"`` and ``"direct"`` are the same fusion, ``"direct"`` with
+        ``candidate_k`` = the corpus size (so each branch returns every chunk it matches)."""
         from fastrag.retrieval.bm25 import BM25Retriever
         from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
         from fastrag.retrieval.hybrid import HybridRetriever
         from fastrag.retrieval.vector import VectorRetriever
 
-        if mode in ("vector", "direct"):
+        if mode == "vector":
             return VectorRetriever(vector_store=vector, embedder=self._embedder)
         if mode == "keyword":
             return BM25Retriever(store=lexical)
@@ -1332,7 +1569,7 @@ class KnowledgeBase:
             fusion = WeightedScoreFusion(weights, normalization="min_max")
         branches = {"vector": VectorRetriever(vector_store=vector, embedder=self._embedder),
                     "bm25": BM25Retriever(store=lexical)}  # fmt: skip
-        return HybridRetriever(branches, fusion=fusion, candidate_k=settings.retrieval_k)
+        return HybridRetriever(branches, fusion=fusion, candidate_k=candidate_k)
 
     async def _reranker(self, spec: Any) -> Reranker:
         if not isinstance(spec, str):

@@ -6,14 +6,31 @@
     tools = [tool.openai()]            # {"type": "function", "function": {"name", "description", "parameters"}}
     tools = [tool.anthropic()]         # {"name", "description", "input_schema"}
     # ... the model answers with a tool call whose arguments are a JSON string:
-    results = await tool(call.function.arguments)   # [{"id", "content", "title", "source_uri", "score", "rank"}]
+    results = await tool(call.function.arguments)
+    # [{"id", "content", "title", "source_uri", "headings", "score", "rank"}, ...]
 
 The schema (:attr:`KnowledgeBaseTool.parameters`) is a JSON Schema object valid under Draft 7 and Draft
 2020-12: ``query`` (a string with a non-space character, required), ``top_k`` (an integer in
-``[1, max_top_k]``) and ``filter`` (a fastrag filter in its JSON form, see :mod:`fastrag.filters`; when the
-knowledge base declares fields, ``key`` is restricted to them), with ``additionalProperties: false``. The
-callable checks the same rules itself (and the field types), so arguments that pass it are exactly those
-the schema accepts, less filters whose value types do not fit the declared fields.
+``[1, max_top_k]``, or ``null``) and ``filter`` (a fastrag filter in its JSON form, see
+:mod:`fastrag.filters`, or ``null``), with ``additionalProperties: false``. The filterable keys are defined
+once, in ``$defs.key``, and referenced by every operator: with declared fields, an ``enum`` of them; without,
+any key. Either way fastrag's internal keys (``content_hash``, ``chunker``, ``chunk_index``, ``parent_id``,
+``section_index``, ``section_start``, ``section_end``) and the tenant keys (``user_id``, ``agent_id``, declared
+``"tenant"`` fields, the keys the knowledge base has seen in scopes, the tool's own scope) are not offered, and
+the callable refuses filters on them.
+
+The callable checks every rule of the schema itself, so whatever the schema accepts passes the callable
+except for what JSON Schema cannot express here (the callable raises a typed error for these):
+
+* value types per field: with declared fields, a value must fit its field's type (an integer for a
+  ``long``, an ISO-8601 date for a range on a ``date``, no ``equals`` on a ``list``, ...); the schema allows
+  any scalar for every key (the description lists each field's type);
+* nesting depth: logical operators nest at most :data:`~fastrag.filters.MAX_FILTER_DEPTH` (32) levels; a
+  recursive ``$ref`` cannot bound its depth. Arguments nested too deeply for Python's JSON parser (about
+  1,000 levels) raise :class:`~fastrag.errors.InvalidParameterError`;
+* non-finite numbers: ``NaN`` and ``Infinity`` are not JSON, so a model cannot send them; the callable
+  refuses them in a filter when they arrive in a mapping;
+* ranges on strings must be ISO-8601 dates (the schema says so in a description only).
 """
 
 from __future__ import annotations
@@ -33,60 +50,97 @@ from fastrag.filters import (
     RANGE_OPERATORS,
     SET_OPERATORS,
     STRING_OPERATORS,
+    And,
+    Comparison,
+    Filter,
+    Not,
+    Or,
 )
-from fastrag.models import SOURCE_URI, TITLE, Document
+from fastrag.models import HEADINGS, SOURCE_URI, TITLE, Document
 from fastrag.retrieval.limits import MAX_K, MAX_QUERY_CHARS
 
 if TYPE_CHECKING:  # pragma: no cover
     from fastrag.knowledge_base import KnowledgeBase
 
-__all__ = ["TOOL_NAME_PATTERN", "KnowledgeBaseTool"]
+__all__ = ["DEFAULT_MAX_TOP_K", "TOOL_NAME_PATTERN", "KnowledgeBaseTool"]
 
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 """Tool names OpenAI and Anthropic both accept."""
+DEFAULT_MAX_TOP_K = 50
+"""The largest ``top_k`` a tool offers when ``max_top_k`` is not given (lower when the knowledge base cannot
+serve it: see :meth:`KnowledgeBaseTool.for_knowledge_base`)."""
 
 _ARGUMENTS = ("query", "top_k", "filter")
+_COMPARISON_DEFS = {"scalar": "comparison", "set": "set_comparison", "range": "range_comparison",
+                    "string": "string_comparison"}  # fmt: skip
 
 
-def _filter_schema(keys: list[str] | None) -> dict[str, Any]:
-    """``$defs`` for the filter JSON form; ``keys`` restricts comparison keys (``None``: any string)."""
-    key: dict[str, Any] = {"type": "string", "minLength": 1}
+def _filter_defs(keys: list[str] | None, hidden: list[str]) -> dict[str, Any]:
+    """``$defs`` for the filter JSON form: the filterable keys once (``key``), one comparison shape per value
+    kind, and the recursive ``filter``. ``keys`` lists the allowed keys (``None``: any key but ``hidden``)."""
+    key: dict[str, Any]
     if keys is not None:
         key = {"type": "string", "enum": keys}
-    scalar = {"type": ["string", "number", "boolean"]}
+    else:
+        key = {"type": "string", "minLength": 1, "not": {"enum": hidden}}
 
     def comparison(value: dict[str, Any]) -> dict[str, Any]:
         return {
             "type": "object",
-            "properties": {"key": key, "value": value},
+            "properties": {"key": {"$ref": "#/$defs/key"}, "value": value},
             "required": ["key", "value"],
             "additionalProperties": False,
         }
 
+    defs: dict[str, Any] = {
+        "key": key,
+        "scalar": {"type": ["string", "number", "boolean"]},
+        "comparison": comparison({"$ref": "#/$defs/scalar"}),
+        "set_comparison": comparison({"type": "array", "items": {"$ref": "#/$defs/scalar"}}),
+        "range_comparison": comparison({"type": ["number", "string"], "description": "a number or an ISO-8601 date"}),
+        "string_comparison": comparison({"type": "string"}),
+        "filters": {"type": "array", "items": {"$ref": "#/$defs/filter"}, "minItems": 1},
+    }
     operators: dict[str, Any] = {}
     for op in COMPARISON_OPERATORS:
         if op in EQUALITY_OPERATORS or op in LIST_OPERATORS:
-            operators[op] = comparison(scalar)
+            kind = "scalar"
         elif op in SET_OPERATORS:
-            operators[op] = comparison({"type": "array", "items": scalar})
+            kind = "set"
         elif op in RANGE_OPERATORS:
-            operators[op] = comparison({"type": ["number", "string"], "description": "a number or an ISO-8601 date"})
-        elif op in STRING_OPERATORS:
-            operators[op] = comparison({"type": "string"})
-    children = {"type": "array", "items": {"$ref": "#/$defs/filter"}, "minItems": 1}
-    operators["andAll"] = children
-    operators["orAll"] = children
-    operators["notAll"] = {"anyOf": [children, {"$ref": "#/$defs/filter"}]}
-    return {
-        "filter": {
-            "type": "object",
-            "description": "exactly one operator",
-            "properties": operators,
-            "minProperties": 1,
-            "maxProperties": 1,
-            "additionalProperties": False,
-        }
+            kind = "range"
+        else:
+            assert op in STRING_OPERATORS
+            kind = "string"
+        operators[op] = {"$ref": f"#/$defs/{_COMPARISON_DEFS[kind]}"}
+    operators["andAll"] = {"$ref": "#/$defs/filters"}
+    operators["orAll"] = {"$ref": "#/$defs/filters"}
+    operators["notAll"] = {"anyOf": [{"$ref": "#/$defs/filters"}, {"$ref": "#/$defs/filter"}]}
+    defs["filter"] = {
+        "type": "object",
+        "description": "exactly one operator",
+        "properties": operators,
+        "minProperties": 1,
+        "maxProperties": 1,
+        "additionalProperties": False,
     }
+    return defs
+
+
+def _refuse_keys(node: Filter, hidden: frozenset[str], path: str = "$") -> None:
+    """Raise FilterError (naming the node's path) when the filter names a key the tool does not offer."""
+    if isinstance(node, And | Or | Not):
+        op = {And: "andAll", Or: "orAll", Not: "notAll"}[type(node)]
+        for i, child in enumerate(node.filters):
+            _refuse_keys(child, hidden, f"{path}.{op}[{i}]")
+        return
+    assert isinstance(node, Comparison)
+    if node.key in hidden:
+        raise FilterError(
+            f"this tool cannot filter on {node.key!r} (an internal or tenant key); filter on the keys the "
+            "schema lists",
+            path=f"{path}.{node.operator}.key",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +155,9 @@ class KnowledgeBaseTool:
         top_k: results when the call gives no ``top_k``; ``None``: the knowledge base's.
         max_top_k: the largest ``top_k`` a call may ask for.
         scope: the tenant every call is confined to (``{}``: none); not visible to the model.
+        hidden_keys: metadata keys the tool neither offers nor accepts in a filter: fastrag's internal keys
+            (``content_hash``, ``chunker``, ``chunk_index``, ``parent_id``, ``section_index``,
+            ``section_start``, ``section_end``) and the tenant keys known when the tool was built.
     """
 
     name: str
@@ -109,7 +166,8 @@ class KnowledgeBaseTool:
     top_k: int | None
     max_top_k: int
     scope: Mapping[str, str | int]
-    knowledge_base: KnowledgeBase = field(repr=False, compare=False)
+    hidden_keys: frozenset[str] = field(repr=False, default=frozenset())
+    knowledge_base: KnowledgeBase = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     _schema: str = field(repr=False, compare=False, default="{}")
 
     @classmethod
@@ -121,36 +179,59 @@ class KnowledgeBaseTool:
         description: str | None = None,
         search_mode: str | None = None,
         top_k: int | None = None,
-        max_top_k: int = 50,
+        max_top_k: int | None = None,
         scope: Mapping[str, str | int] | None = None,
     ) -> KnowledgeBaseTool:
         """The tool for ``knowledge_base`` (what :meth:`~fastrag.knowledge_base.KnowledgeBase.as_tool` returns).
 
+        ``max_top_k`` ``None`` offers :data:`DEFAULT_MAX_TOP_K` (50), or fewer when the knowledge base cannot
+        serve that many: when its settings (with the tool's ``search_mode``) rerank with an explicit
+        ``retrieval_k``, a call may ask for at most ``retrieval_k`` results.
+
         Raises:
             InvalidParameterError: ``name`` does not match :data:`TOOL_NAME_PATTERN`; ``description`` is not a
-                non-empty string; an unknown ``search_mode``; ``max_top_k`` not an int in [1, 10,000]; ``top_k``
-                not an int in [1, ``max_top_k``].
+                non-empty string; an unknown ``search_mode``; ``max_top_k`` not an int in [1, 10,000] or
+                larger than the knowledge base can serve (see above); ``top_k`` not an int in [1,
+                ``max_top_k``]; no ``scope`` on a knowledge base with ``require_scope`` (every call would
+                fail).
         """
-        from fastrag.knowledge_base import SearchSettings
+        from fastrag.knowledge_base import _TOOL_HIDDEN_KEYS, SearchSettings
 
         if not isinstance(name, str) or not re.match(TOOL_NAME_PATTERN, name):
             raise InvalidParameterError(f"tool name must match {TOOL_NAME_PATTERN}, got {name!r}")
         if description is not None and (not isinstance(description, str) or not description.strip()):
             raise InvalidParameterError(f"description must be a non-empty string, got {description!r}")
         SearchSettings(search_mode=search_mode)  # validates the mode
-        if isinstance(max_top_k, bool) or not isinstance(max_top_k, int) or not 1 <= max_top_k <= MAX_K:
+        scope = dict(scope or {})
+        if knowledge_base.require_scope and not scope:
+            raise InvalidParameterError(
+                "this knowledge base requires a scope: bind the tool to a tenant with as_tool(user_id=, agent_id= "
+                "or scope=)"
+            )
+        servable, why = MAX_K, ""
+        resolved = knowledge_base.resolve(**({} if search_mode is None else {"search_mode": search_mode}))
+        if resolved.rerank and resolved.origin("retrieval_k") != "default":
+            servable = resolved.retrieval_k
+            why = f" (the knowledge base reranks retrieval_k={servable} candidates)"
+        if max_top_k is None:
+            max_top_k = min(DEFAULT_MAX_TOP_K, servable)
+        elif isinstance(max_top_k, bool) or not isinstance(max_top_k, int) or not 1 <= max_top_k <= MAX_K:
             raise InvalidParameterError(f"max_top_k must be an int in [1, {MAX_K}], got {max_top_k!r}")
+        elif max_top_k > servable:
+            raise InvalidParameterError(f"max_top_k={max_top_k} is more than this knowledge base can serve{why}")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k):
             raise InvalidParameterError(f"top_k must be None or an int in [1, max_top_k={max_top_k}], got {top_k!r}")
+        hidden = frozenset(_TOOL_HIDDEN_KEYS | knowledge_base._tenant_keys | set(scope))
         declared = knowledge_base.fields
-        keys = None if declared is None else sorted(declared)
+        offered = None if declared is None else {k: t for k, t in sorted(declared.items()) if k not in hidden}
         if description is None:
             description = (
                 "Search the knowledge base for passages relevant to a question. Returns the best passages first, "
-                "each with id, content, title, source_uri, score (higher is more relevant) and rank (0 is best)."
+                "each with id, content, title, source_uri, headings (the section's heading path), score (higher "
+                "is more relevant) and rank (0 is best)."
             )
-            if declared is not None:
-                listed = ", ".join(f"{k} ({'string or integer' if t == 'tenant' else t})" for k, t in sorted(declared.items()))
+            if offered is not None:
+                listed = ", ".join(f"{k} ({'string or integer' if t == 'tenant' else t})" for k, t in offered.items())
                 description += f" Filterable metadata fields: {listed}."
         schema = {
             "type": "object",
@@ -163,16 +244,16 @@ class KnowledgeBaseTool:
                     "description": "The question or keywords to search for.",
                 },
                 "top_k": {
-                    "type": "integer",
+                    "type": ["integer", "null"],
                     "minimum": 1,
                     "maximum": max_top_k,
-                    "description": "How many passages to return.",
+                    "description": "How many passages to return (optional).",
                 },
                 "filter": {
-                    "$ref": "#/$defs/filter",
+                    "anyOf": [{"$ref": "#/$defs/filter"}, {"type": "null"}],
                     "description": (
-                        'Optional metadata filter, one operator per object, e.g. {"equals": {"key": "category", '
-                        '"value": "news"}} or {"andAll": [...]}. Operators: '
+                        'Optional metadata filter, one operator per object, e.g. {"equals": {"key": "title", '
+                        '"value": "Tea"}} or {"andAll": [...]}. Operators: '
                         + ", ".join((*COMPARISON_OPERATORS, "andAll", "orAll", "notAll"))
                         + "."
                     ),
@@ -180,7 +261,7 @@ class KnowledgeBaseTool:
             },
             "required": ["query"],
             "additionalProperties": False,
-            "$defs": _filter_schema(keys),
+            "$defs": _filter_defs(None if offered is None else list(offered), sorted(hidden)),
         }
         return cls(
             name=name,
@@ -188,7 +269,8 @@ class KnowledgeBaseTool:
             search_mode=search_mode,
             top_k=top_k,
             max_top_k=max_top_k,
-            scope=dict(scope or {}),
+            scope=scope,
+            hidden_keys=hidden,
             knowledge_base=knowledge_base,
             _schema=json.dumps(schema),
         )
@@ -210,15 +292,24 @@ class KnowledgeBaseTool:
         """``{"name", "description", "input_schema"}`` (Anthropic Messages ``tools=``)."""
         return {"name": self.name, "description": self.description, "input_schema": self.parameters}
 
-    def check_arguments(self, arguments: Mapping[str, Any] | str) -> tuple[str, int | None, Any]:
-        """Validate a call's arguments; return ``(query, top_k, filter)``.
+    def check_arguments(self, arguments: Mapping[str, Any] | str | bytes) -> tuple[str, int | None, Any]:
+        """Validate a call's arguments; return ``(query, top_k, filter)`` (``top_k``/``filter`` ``None`` when
+        absent or JSON ``null``).
 
         Raises:
-            InvalidParameterError: not a JSON object (or a string of one); ``query`` missing, not a string,
-                blank or too long; ``top_k`` not an integer in ``[1, max_top_k]``.
+            InvalidParameterError: not a JSON object (or a str/bytes of one); nested too deeply to parse;
+                ``query`` missing, not a string, blank or too long; ``top_k`` not an integer in ``[1,
+                max_top_k]``.
             UnknownParameterError: an argument other than ``query``, ``top_k``, ``filter``.
-            FilterError: ``filter`` is not an object, is malformed, or does not fit the declared fields.
+            FilterError: ``filter`` is not an object, is malformed, does not fit the declared fields, or
+                names a key the tool does not offer (see :attr:`hidden_keys`).
         """
+        try:
+            return self._check_arguments(arguments)
+        except RecursionError as exc:  # a deeply nested JSON text or mapping
+            raise InvalidParameterError("tool arguments nest too deeply to parse") from exc
+
+    def _check_arguments(self, arguments: Any) -> tuple[str, int | None, Any]:
         if isinstance(arguments, str | bytes):
             try:
                 arguments = json.loads(arguments)
@@ -248,18 +339,20 @@ class KnowledgeBaseTool:
             if not isinstance(filter_, Mapping):
                 raise FilterError(f"filter must be a JSON object, got {type(filter_).__name__}")
             filter_ = self.knowledge_base._filter(filter_)
+            _refuse_keys(filter_, self.hidden_keys)
         return query, top_k, filter_
 
-    async def __call__(self, arguments: Mapping[str, Any] | str) -> list[dict[str, Any]]:
+    async def __call__(self, arguments: Mapping[str, Any] | str | bytes) -> list[dict[str, Any]]:
         """Run the search the model asked for.
 
         Args:
-            arguments: the call's arguments, as a mapping or the JSON string a model sends.
+            arguments: the call's arguments, as a mapping or the JSON text (str or UTF-8 bytes) a model sends.
 
         Returns:
-            A JSON-serialisable list, best first, of ``{"id", "content", "title", "source_uri", "score",
-            "rank"}`` (``title``/``source_uri`` ``None`` when unknown; ``score`` a finite float, higher is
-            better, or ``None``; ``rank`` zero-based).
+            A JSON-serialisable list, best first, of ``{"id", "content", "title", "source_uri", "headings",
+            "score", "rank"}`` (``title``/``source_uri`` ``None`` when unknown; ``headings`` the heading path
+            of the chunk's section, outermost first, as a list of str, or ``None``; ``score`` a finite float,
+            higher is better, or ``None``; ``rank`` zero-based).
 
         Raises:
             InvalidParameterError, UnknownParameterError, FilterError: bad arguments (see
@@ -282,12 +375,15 @@ def _result(doc: Document) -> dict[str, Any]:
         score = None
     title = doc.metadata.get(TITLE)
     uri = doc.metadata.get(SOURCE_URI)
+    headings = doc.metadata.get(HEADINGS)
+    if not isinstance(headings, list | tuple) or not all(isinstance(h, str) for h in headings):
+        headings = None
     return {
         "id": doc.id,
         "content": doc.content,
         "title": title if isinstance(title, str) else None,
         "source_uri": uri if isinstance(uri, str) else None,
+        "headings": None if headings is None else list(headings),
         "score": score,
         "rank": doc.rank,
     }
-

@@ -35,7 +35,12 @@ GOOD_ARGUMENTS = [
     {"query": "electricity", "filter": {"andAll": [{"greaterThanOrEquals": {"key": "year", "value": 2021}},
                                                     {"listContains": {"key": "tags", "value": "energy"}}]}},
     {"query": "electricity", "filter": {"notAll": {"in": {"key": "category", "value": ["guide"]}}}},
+    {"query": "electricity", "top_k": None, "filter": None},  # models send null for "not given"
+    {"query": "electricity", "filter": {"equals": {"key": "title", "value": "Solar guide"}}},  # built-in, offered
 ]  # fmt: skip
+
+INTERNAL_KEYS = ["content_hash", "chunker", "chunk_index", "parent_id", "section_index", "section_start",
+                 "section_end", "user_id", "agent_id"]  # fmt: skip
 
 BAD_ARGUMENTS = [
     {},
@@ -53,7 +58,11 @@ BAD_ARGUMENTS = [
     {"query": "x", "filter": {"equals": {"key": "year"}}},
     {"query": "x", "filter": {"andAll": []}},
     {"query": "x", "filter": {"equals": {"key": "year", "value": 1}, "in": {"key": "year", "value": [1]}}},
-]
+    {"query": "x", "top_k": None, "filter": {"andAll": None}},
+    *({"query": "x", "filter": {"equals": {"key": key, "value": "v"}}} for key in INTERNAL_KEYS),
+    {"query": "x", "filter": {"orAll": [{"equals": {"key": "year", "value": 1}},
+                                        {"notAll": {"equals": {"key": "user_id", "value": "bob"}}}]}},
+]  # fmt: skip
 
 
 @pytest.fixture
@@ -88,10 +97,13 @@ async def test_arguments_a_model_sends_validate_and_run(kb, arguments) -> None:
         validator(tool.parameters).validate(arguments)
     for form in (arguments, json.dumps(arguments)):
         results = await tool(form)
+        assert results == await tool(form.encode() if isinstance(form, str) else form)  # bytes too
         assert json.loads(json.dumps(results, allow_nan=False)) == results
-        assert results and all(set(r) == {"id", "content", "title", "source_uri", "score", "rank"} for r in results)
+        assert results and all(
+            set(r) == {"id", "content", "title", "source_uri", "headings", "score", "rank"} for r in results
+        )
         assert [r["rank"] for r in results] == list(range(len(results)))
-        assert len(results) <= int(arguments.get("top_k", 20))
+        assert len(results) <= int(arguments.get("top_k") or 20)
 
 
 @pytest.mark.parametrize("arguments", BAD_ARGUMENTS)
@@ -119,7 +131,7 @@ async def test_callable_rejects_what_no_schema_sees() -> None:
 async def test_results_carry_title_source_and_scores(kb) -> None:
     results = await kb.as_tool()({"query": "solar panels sunlight", "top_k": 1})
     assert results == [{"id": "a", "content": DOCS[0].content, "title": "Solar guide", "source_uri": "docs/solar.md",
-                        "score": results[0]["score"], "rank": 0}]  # fmt: skip
+                        "headings": None, "score": results[0]["score"], "rank": 0}]  # fmt: skip
     assert isinstance(results[0]["score"], float)
     filtered = await kb.as_tool()({"query": "electricity", "filter": {"equals": {"key": "category", "value": "news"}}})
     assert [r["id"] for r in filtered] == ["b"]
@@ -155,3 +167,73 @@ async def test_bad_tool_definitions_are_rejected(kb) -> None:
                     {"top_k": 60}, {"max_top_k": 0}, {"description": " "}, {"user_id": ""}):  # fmt: skip
         with pytest.raises(InvalidParameterError):
             kb.as_tool(**options)
+
+
+async def test_the_filter_key_enum_is_defined_once_and_offers_no_internal_keys(kb) -> None:
+    schema = kb.as_tool().parameters
+    text = json.dumps(schema)
+    assert schema["$defs"]["key"]["enum"] == sorted(schema["$defs"]["key"]["enum"])
+    for declared in FIELDS:
+        assert text.count(f'"{declared}"') == 1, declared  # once, in $defs.key, however many operators
+        assert declared in schema["$defs"]["key"]["enum"]
+    for internal in INTERNAL_KEYS:
+        assert internal not in schema["$defs"]["key"]["enum"]
+
+
+async def test_without_declared_fields_internal_and_tenant_keys_are_still_refused() -> None:
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        await kb.add_documents(DOCS)
+        tool = kb.as_tool(scope={"team": "red"})
+        await kb.add_documents([Document(id="r", content="red team electricity plan")], scope={"team": "red"})
+        validator = jsonschema.Draft202012Validator(tool.parameters)
+        assert validator.is_valid({"query": "x", "filter": {"equals": {"key": "colour", "value": "red"}}})
+        assert await tool({"query": "electricity plan", "filter": {"equals": {"key": "colour", "value": "red"}}}) == []
+        for key in [*INTERNAL_KEYS, "team"]:
+            arguments = {"query": "electricity", "filter": {"notAll": {"equals": {"key": key, "value": "x"}}}}
+            assert not validator.is_valid(arguments), key
+            with pytest.raises(FilterError, match=repr(key)) as caught:
+                await tool(arguments)
+            assert caught.value.path == "$.notAll[0].equals.key"
+
+
+async def test_max_top_k_never_exceeds_what_reranking_can_serve() -> None:
+    settings = SearchSettings(rerank=True, rerank_model="embedder", retrieval_k=30)
+    async with KnowledgeBase("sqlite:///:memory:", settings=settings) as kb:
+        await kb.add_documents(DOCS)
+        tool = kb.as_tool()
+        assert tool.max_top_k == 30 and tool.parameters["properties"]["top_k"]["maximum"] == 30
+        assert len(await tool({"query": "electricity", "top_k": 30})) == len(DOCS)  # the largest offered works
+        with pytest.raises(InvalidParameterError, match="retrieval_k=30"):
+            kb.as_tool(max_top_k=40)
+        assert kb.as_tool(search_mode="keyword").max_top_k == 30  # the knowledge base still reranks
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        assert kb.as_tool().max_top_k == 50 and kb.as_tool(max_top_k=1000).max_top_k == 1000
+
+
+async def test_a_tool_over_a_knowledge_base_that_requires_a_scope_needs_one_at_build_time() -> None:
+    async with KnowledgeBase("sqlite:///:memory:", require_scope=True) as kb:
+        with pytest.raises(InvalidParameterError, match="requires a scope"):
+            kb.as_tool()
+        await kb.add_documents(DOCS, user_id="alice")
+        assert await kb.as_tool(user_id="alice")({"query": "electricity"})
+
+
+async def test_results_carry_the_heading_path(tmp_path) -> None:
+    (tmp_path / "tea.md").write_text(
+        "# Tea\n\n## Green tea\n\n### Brewing\n\nBrew at 80 degrees for two minutes.\n\n"
+        "## Black tea\n\n### Brewing\n\nBrew at 100 degrees for four minutes.\n"
+    )
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        await kb.add_sources([tmp_path / "tea.md"])
+        results = await kb.as_tool()({"query": "brew degrees minutes", "top_k": 2})
+        by_text = {r["content"].strip().splitlines()[-1]: r["headings"] for r in results}
+        assert by_text["Brew at 80 degrees for two minutes."][-2:] == ["Green tea", "Brewing"]
+        assert by_text["Brew at 100 degrees for four minutes."][-2:] == ["Black tea", "Brewing"]
+
+
+async def test_deeply_nested_arguments_are_a_parameter_error(kb) -> None:
+    tool = kb.as_tool()
+    deep_filter = '{"query": "x", "filter": ' + '{"notAll": ' * 100_000 + "{}" + "}" * 100_000 + "}"
+    for raw in (deep_filter, "[" * 100_000 + "]" * 100_000, deep_filter.encode()):
+        with pytest.raises(InvalidParameterError, match="nest"):
+            await tool(raw)

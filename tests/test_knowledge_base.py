@@ -14,17 +14,22 @@ from fastrag.errors import (
     FilterError,
     InvalidParameterError,
     UnknownParameterError,
+    UnsupportedFilterError,
 )
 from fastrag.filters import field
 from fastrag.knowledge_base import (
     AUTO_DIRECT_MAX,
     AUTO_WIDE_RETRIEVAL_K,
+    MAX_RANK_CONSTANT,
+    MAX_WEIGHT,
     SYSTEM_DEFAULTS,
     KnowledgeBase,
     SearchSettings,
     resolve_settings,
 )
 from fastrag.models import Document
+from fastrag.retrieval.hybrid import LEXICAL_WEIGHT_BY_EMBEDDER
+from fastrag.retrieval.sections import SectionIndex
 from fastrag.vector_store.sqlite import SQLiteVectorStore
 
 pytestmark = pytest.mark.anyio
@@ -121,6 +126,11 @@ async def test_request_fusion_weights_change_the_ranking() -> None:
         ({"retrieval_k": 10_001}, InvalidParameterError),
         ({"fusion": "max"}, InvalidParameterError),
         ({"rank_constant": 0}, InvalidParameterError),
+        ({"vector_weight": 1e308, "keyword_weight": 1e308}, InvalidParameterError),  # overflowed in fusion
+        ({"keyword_weight": MAX_WEIGHT * 2}, InvalidParameterError),
+        ({"rank_constant": 1e308}, InvalidParameterError),
+        ({"rank_constant": MAX_RANK_CONSTANT * 2}, InvalidParameterError),
+        ({"auto_direct_max": 10_001, "auto_rerank_min": 20_000}, InvalidParameterError),
         ({"rerank": True}, InvalidParameterError),  # no rerank_model
         ({"rerank": True, "rerank_model": "embedder", "retrieval_k": 5, "top_k": 10}, InvalidParameterError),
         ({"auto_direct_max": 100, "auto_rerank_min": 50}, InvalidParameterError),
@@ -523,3 +533,241 @@ async def test_keyword_mode_over_a_store_without_bm25_asks_for_a_lexical_store()
         with pytest.raises(ConfigurationError, match="lexical_store"):
             await kb.search("notes", search_mode="keyword")
     await store.inner.aclose()
+
+
+# -------------------------------------------------------------------- embedder-aware default weights
+
+
+class NamedEmbedder(CountingEmbedder):
+    """The shipped model's vectors under another name (an embedder the weight table does not list)."""
+
+    @property
+    def name(self) -> str:
+        return "some-other-model"
+
+
+def test_default_weights_follow_the_measured_table_for_shipped_static_models() -> None:
+    assert LEXICAL_WEIGHT_BY_EMBEDDER, "the table hybrid.py uses"
+    for name, lexical in LEXICAL_WEIGHT_BY_EMBEDDER.items():
+        resolved = resolve_settings(embedder_name=name)
+        assert resolved.keyword_weight == pytest.approx(lexical)
+        assert resolved.vector_weight == pytest.approx(1 - lexical)
+        assert resolved.origin("keyword_weight") == resolved.origin("vector_weight") == "default:embedder"
+        # a layer that sets a weight wins, field by field
+        request = resolve_settings(SearchSettings(keyword_weight=0.5), embedder_name=name)
+        assert (request.keyword_weight, request.origin("keyword_weight")) == (0.5, "request")
+        assert request.origin("vector_weight") == "default:embedder"
+        kb = resolve_settings(None, SearchSettings(vector_weight=0.7, keyword_weight=0.3), embedder_name=name)
+        assert (kb.vector_weight, kb.keyword_weight, kb.origin("vector_weight")) == (0.7, 0.3, "knowledge_base")
+    # any other embedder (or none known): the system defaults
+    for name in ("some-other-model", None):
+        other = resolve_settings(embedder_name=name)
+        assert (other.vector_weight, other.keyword_weight) == (SYSTEM_DEFAULTS.vector_weight,
+                                                               SYSTEM_DEFAULTS.keyword_weight)  # fmt: skip
+        assert other.origin("keyword_weight") == "default"
+
+
+async def test_a_knowledge_base_with_the_shipped_model_fuses_with_the_measured_weights() -> None:
+    docs = corpus(12)
+    query = "tea brewing number 3"
+    kb = KnowledgeBase("sqlite:///:memory:")
+    shipped = kb.resolve()  # before open: the name comes from embedder=None, the shipped model
+    assert shipped.origin("keyword_weight") == "default:embedder"
+    async with kb:
+        name = kb.embedder.name
+        assert name in LEXICAL_WEIGHT_BY_EMBEDDER  # the default knowledge base uses a listed model
+        await kb.add_documents(docs)
+        response = await kb.search_result(query)
+        assert response.settings.origin("keyword_weight") == "default:embedder"
+        lexical = LEXICAL_WEIGHT_BY_EMBEDDER[name]
+        explicit = await kb.search(query, keyword_weight=lexical, vector_weight=1 - lexical)
+        assert [(d.id, pytest.approx(d.score)) for d in response.documents] == [(d.id, d.score) for d in explicit]
+        system = await kb.search(query, keyword_weight=0.3, vector_weight=0.7)
+        assert [d.score for d in system] != [d.score for d in explicit]  # the weights reached the fusion
+    async with KnowledgeBase("sqlite:///:memory:", embedder=NamedEmbedder()) as other:
+        assert other.resolve().origin("keyword_weight") == "default"
+        assert other.resolve().vector_weight == 0.7
+
+
+# ----------------------------------------------------------------------------- auto: direct strategy
+
+
+async def test_direct_is_exact_fusion_over_the_whole_corpus() -> None:
+    docs = corpus(30)
+    query = "notes about tea brewing number 7"
+    async with KnowledgeBase("sqlite:///:memory:", settings=SearchSettings(retrieval_k=3, top_k=30)) as kb:
+        await kb.add_documents(docs)
+        direct = await kb.search_result(query, search_mode="auto")
+        assert (direct.strategy, direct.corpus_size) == ("direct", 30)
+        exact = await kb.search(query, search_mode="hybrid", retrieval_k=30)  # candidate_k >= corpus size
+        assert [(d.id, pytest.approx(d.score)) for d in direct.documents] == [(d.id, d.score) for d in exact]
+        # never dense-only: both branches ranked the corpus, and the fusion's provenance says so
+        branches = set().union(*(d.branches.keys() for d in direct.documents))
+        assert branches == {"vector", "bm25"}
+        keyword_only = await kb.search(query, search_mode="auto", vector_weight=0, keyword_weight=1, top_k=1)
+        bm25_top = await kb.search(query, search_mode="keyword", top_k=1)
+        assert [d.id for d in keyword_only] == [d.id for d in bm25_top]
+        # a filter and a scope narrow the corpus that is fused whole
+        filtered = await kb.search_result(query, search_mode="auto", filter=field("n") < 10)
+        assert filtered.corpus_size == 10 and {d.metadata["n"] for d in filtered.documents} <= set(range(10))
+
+
+def test_settings_never_raise_the_direct_threshold_past_the_largest_candidate_list() -> None:
+    assert SearchSettings(auto_direct_max=10_000).auto_direct_max == 10_000
+    with pytest.raises(InvalidParameterError, match="auto_direct_max"):
+        SearchSettings(auto_direct_max=10_001)
+
+
+# ------------------------------------------------------------------------------ weights and bounds
+
+
+async def test_the_largest_weights_and_rank_constant_still_rank() -> None:
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        await kb.add_documents(corpus(10))
+        for settings in ({"vector_weight": MAX_WEIGHT, "keyword_weight": MAX_WEIGHT},
+                         {"fusion": "rrf", "vector_weight": MAX_WEIGHT, "keyword_weight": MAX_WEIGHT,
+                          "rank_constant": MAX_RANK_CONSTANT}):  # fmt: skip
+            found = await kb.search("tea brewing number 1", top_k=3, **settings)
+            assert [d.rank for d in found] == [0, 1, 2]
+            scores = [d.score for d in found]
+            assert all(s == s and abs(s) != float("inf") for s in scores) and scores == sorted(scores, reverse=True)
+
+
+# ---------------------------------------------------------------------------- writes: reserved keys
+
+
+@pytest.mark.parametrize("key", ["score", "rank", "branches"])
+async def test_writes_with_stage_stamped_keys_are_rejected(key) -> None:
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        bad = Document(id="stamped", content="x", metadata={key: "garbage"})
+        with pytest.raises(InvalidParameterError) as caught:
+            await kb.add_documents([Document(id="fine", content="y"), bad])
+        assert "'stamped'" in str(caught.value) and repr(key) in str(caught.value)
+        assert await kb.count() == 0
+
+
+# ---------------------------------------------------------------------------- tenant isolation
+
+
+async def test_a_document_cannot_carry_a_tenant_key_its_write_does_not_scope() -> None:
+    async with KnowledgeBase("sqlite:///:memory:", require_scope=True) as kb:
+        planted = Document(id="a", content="x marks the spot", metadata={"user_id": "bob"})
+        with pytest.raises(InvalidParameterError, match="user_id"):
+            await kb.add_documents([planted], agent_id="a1")
+        assert await kb.search("x marks the spot", user_id="bob") == []
+        assert await kb.count(agent_id="a1") == 0
+        await kb.add_documents([planted], user_id="bob", agent_id="a1")  # the scope sets it: fine
+        assert [d.id for d in await kb.search("x marks the spot", user_id="bob")] == ["agent_id=a1::a"]
+
+
+async def test_unscoped_writes_cannot_plant_documents_in_a_tenants_view() -> None:
+    async with KnowledgeBase("sqlite:///:memory:", fields={"org": "tenant"}) as kb:
+        for metadata in ({"user_id": "bob"}, {"agent_id": 7}, {"org": "acme"}):  # built-in and declared keys
+            with pytest.raises(InvalidParameterError, match="tenant key"):
+                await kb.add_documents([Document(id="p", content="planted text", metadata=metadata)])
+        # a key first seen in a scope becomes a tenant key too
+        await kb.add_documents([Document(id="t", content="team text")], scope={"team": "red"})
+        with pytest.raises(InvalidParameterError, match="'team'"):
+            await kb.add_documents([Document(id="p", content="planted text", metadata={"team": "red"})])
+        assert await kb.count() == 1
+        # an int tenant is not the same tenant as its decimal string
+        with pytest.raises(InvalidParameterError, match="this call writes"):
+            await kb.add_documents([Document(id="p", content="x", metadata={"user_id": "1"})], user_id=1)
+
+
+async def test_documents_that_reach_the_store_unscoped_stay_out_of_a_tenants_search() -> None:
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        await kb.add_documents([Document(id="own", content="bob grocery list: milk")], user_id="bob")
+        # written past the knowledge base (another program, an old version): metadata says bob, the id does not
+        planted = Document(id="planted", content="bob grocery list: milk and a trojan", metadata={"user_id": "bob"})
+        [vector] = await kb.embedder.embed_documents([planted.content])
+        await kb.store.upsert([planted], embeddings=[vector])
+        for mode in ("vector", "keyword", "hybrid", "auto"):
+            found = await kb.search("bob grocery list milk trojan", user_id="bob", search_mode=mode)
+            assert [d.id for d in found] == ["own"], mode
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [{"t": 10**5000}, {"t": 2**63}, {"t": -(2**63) - 1}, {"t": True}, {"t": 1.0}, {"t": float("nan")},
+     {"t": ""}, {"t": "\ud800"}, {"t": None}],
+)  # fmt: skip
+async def test_scope_values_are_non_empty_strings_or_64_bit_ints(scope) -> None:
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        for call in (kb.count(scope=scope), kb.add_documents([Document(id="d", content="x")], scope=scope),
+                     kb.search("x", scope=scope)):  # fmt: skip
+            with pytest.raises(InvalidParameterError, match="'t'"):
+                await call
+
+
+async def test_64_bit_scope_ints_work_and_bools_never_equal_ints() -> None:
+    async with KnowledgeBase("sqlite:///:memory:", settings=SearchSettings(search_mode="keyword")) as kb:
+        for value in (2**63 - 1, -(2**63)):
+            await kb.add_documents([Document(id="d", content="edge tenant")], scope={"t": value})
+            assert [d.id for d in await kb.search("edge tenant", scope={"t": value})] == ["d"]
+        with pytest.raises(InvalidParameterError):
+            await kb.count(user_id=1, scope={"user_id": True})
+        with pytest.raises(InvalidParameterError, match="contradicts"):
+            await kb.count(user_id=1, scope={"user_id": "1"})
+
+
+# ------------------------------------------------------------------------------------- messages
+
+
+async def test_native_filters_cannot_be_used_with_a_scope() -> None:
+    class NativeFilter:  # stands for a backend's own filter object
+        pass
+
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        for scope in ({"user_id": "alice"}, {"agent_id": "a1"}, {"scope": {"team": "red"}}):
+            with pytest.raises(UnsupportedFilterError) as caught:
+                await kb.search("x", filter=NativeFilter(), **scope)
+            message = str(caught.value)
+            assert "user_id=, agent_id= or scope=" in message and "another filter" not in message
+
+
+async def test_bytes_filters_are_parsed_as_json_text() -> None:
+    async with KnowledgeBase("sqlite:///:memory:", fields={"n": "long"}) as kb:
+        await kb.add_documents(corpus(5))
+        as_text = '{"greaterThanOrEquals": {"key": "n", "value": 3}}'
+        expected = sorted(d.id for d in await kb.search("notes", filter=as_text))
+        assert expected == ["doc3", "doc4"]
+        assert sorted(d.id for d in await kb.search("notes", filter=as_text.encode())) == expected
+        assert await kb.count(filter=bytearray(as_text.encode())) == 2
+        for bad in (b"\xff\xfe", b"not json"):
+            with pytest.raises(FilterError):
+                await kb.search("notes", filter=bad)
+
+
+async def test_a_fractional_bound_on_a_long_field_is_rejected() -> None:
+    async with KnowledgeBase("sqlite:///:memory:", fields=FIELDS) as kb:
+        await kb.add_documents(typed_docs())
+        with pytest.raises(FilterError, match="'year'") as caught:
+            await kb.search("solar", filter=field("year") >= 2021.5)
+        assert caught.value.path == "$.greaterThanOrEquals.value"
+        assert sorted(d.id for d in await kb.search("solar", filter=field("year") >= 2022.0)) == ["b"]
+        assert sorted(d.id for d in await kb.search("solar", filter=field("price") >= 0.5)) == ["a"]  # double: fine
+
+
+# ------------------------------------------------------------------------------------- sections
+
+
+async def test_sections_option_fills_a_section_index_during_sync(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "tea.md").write_text(
+        "# Tea\n\n## Green tea\n\n### Brewing\n\nBrew green tea at 80 degrees.\n\n"
+        "## Black tea\n\n### Brewing\n\nBrew black tea with boiling water.\n"
+    )
+    async with SectionIndex(":memory:") as sections, KnowledgeBase(
+        "sqlite:///:memory:", sources=[folder], sections=sections
+    ) as kb:
+        await kb.sync()
+        [hit] = await kb.search("black tea boiling water", search_mode="keyword", top_k=1)
+        [section] = await sections.resolve(hit)
+        assert section.heading_path[-2:] == ("Black tea", "Brewing")
+        (folder / "tea.md").unlink()
+        await kb.sync()
+        assert await sections.parent_ids() == []  # pruned with the chunks
+    with pytest.raises(ConfigurationError, match="sections"):
+        KnowledgeBase("sqlite:///:memory:", sections="sections.db")
