@@ -8,7 +8,12 @@ reference: ``{"model", "messages": [{"role", "content"}], "temperature"?, "max_t
 
 from __future__ import annotations
 
+import gzip
+import json
+import threading
+import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -272,6 +277,19 @@ async def test_own_http_client_is_closed_and_a_closed_client_refuses_calls(serve
         ({"api_key": "a\nb"}, InvalidParameterError),
         ({"retry": 3}, InvalidParameterError),
         ({"headers": {"x": 1}}, InvalidParameterError),
+        ({"model": "\ud800"}, InvalidParameterError),
+        ({"api_key": "ключ"}, InvalidParameterError),  # httpx sends header values as ASCII
+        ({"api_key": "sk test"}, InvalidParameterError),
+        ({"headers": {"X-Org": "日本"}}, InvalidParameterError),
+        ({"headers": {"X-Org": "a\r\nInjected: 1"}}, InvalidParameterError),
+        ({"headers": {"X-Org": " padded"}}, InvalidParameterError),
+        ({"headers": {"": "x"}}, InvalidParameterError),
+        ({"headers": {"X Org": "x"}}, InvalidParameterError),
+        ({"headers": {"Content-Type": "text/plain"}}, InvalidParameterError),
+        ({"headers": {"X-Org": "a", "x-org": "b"}}, InvalidParameterError),
+        ({"headers": {"Authorization": "Bearer a"}, "api_key": "b"}, InvalidParameterError),
+        ({"max_response_bytes": 0}, InvalidParameterError),
+        ({"max_response_bytes": 1.5}, InvalidParameterError),
     ],
 )
 def test_bad_settings_are_refused_when_built(kwargs: dict[str, Any], error_type: type[Exception]) -> None:
@@ -289,6 +307,7 @@ async def test_bad_call_arguments_are_refused_before_any_request(server: Scripte
             (MESSAGES, {"temperature": 3.0}),
             (MESSAGES, {"temperature": True}),
             (MESSAGES, {"max_tokens": 0}),
+            (MESSAGES, {"max_tokens": 10**5000}),  # json.dumps could not even write it
         ]:
             with pytest.raises(InvalidParameterError):
                 await llm.chat(messages, **kwargs)  # type: ignore[arg-type]
@@ -301,6 +320,9 @@ def test_chat_message_validates_role_and_content() -> None:
         ChatMessage("tool", "x")  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError):
         ChatMessage("user", None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="Unicode"):
+        ChatMessage("user", "a lone surrogate \ud800 cannot be sent as UTF-8")
+    assert ChatMessage("user", "emoji 😀 and ß are fine").content.endswith("fine")
 
 
 async def test_query_engine_over_the_http_client_cites_the_retrieved_documents(server: ScriptedHTTPServer) -> None:
@@ -327,3 +349,191 @@ async def test_query_engine_over_the_http_client_cites_the_retrieved_documents(s
     assert [c.document.id for c in out.citations] == ["bm25"]
     assert out.citations[0].document.source_uri == "bm25.md"
     assert out.grounded and out.status == "answered"
+
+
+# ------------------------------------------------------------------------------ hostile or broken servers
+
+
+def deep(n: int = 100_000) -> bytes:
+    return b"[" * n + b"]" * n
+
+
+@pytest.mark.parametrize(
+    ("reply", "error_type"),
+    [
+        (Reply(200, raw=deep()), BackendError),
+        (Reply(400, raw=b'{"error": ' + deep() + b"}"), BackendError),
+        (Reply(500, raw=deep()), TransientBackendError),
+    ],
+    ids=["200", "400", "500"],
+)
+async def test_deeply_nested_json_is_a_backend_error_not_a_recursion_error(
+    server: ScriptedHTTPServer, reply: Reply, error_type: type[BackendError]
+) -> None:
+    server.script = [lambda body: reply]
+    async with client(server, retry=RetryPolicy(max_attempts=1)) as llm:
+        with pytest.raises(error_type) as info:
+            await llm.chat(MESSAGES)
+    assert f"HTTP {reply.status}" in str(info.value) or "nested too deeply" in str(info.value)
+
+
+async def test_an_integer_too_long_for_python_in_usage_is_left_out(server: ScriptedHTTPServer) -> None:
+    body = json.dumps(chat_completion("hi").body).replace('"total_tokens": 15', '"total_tokens": ' + "9" * 5000)
+    assert "9" * 5000 in body
+    server.script = [lambda _: Reply(200, raw=body.encode())]
+    async with client(server) as llm:
+        out = await llm.complete(MESSAGES)
+    assert out.content == "hi"
+    assert dict(out.usage) == {"prompt_tokens": 12, "completion_tokens": 3}
+
+
+async def test_a_body_that_is_not_gzip_under_content_encoding_gzip_is_a_backend_error(server: ScriptedHTTPServer) -> None:
+    server.script = [lambda body: Reply(200, raw=b"not gzip at all", headers={"content-encoding": "gzip"})]
+    async with client(server) as llm:
+        with pytest.raises(BackendError, match="decoded") as info:
+            await llm.chat(MESSAGES)
+    assert isinstance(info.value.__cause__, httpx.DecodingError)
+    assert not isinstance(info.value, TransientBackendError)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("raised", "error_type", "transient"),
+    [
+        (httpx.ReadTimeout, RetrievalTimeoutError, True),
+        (httpx.ConnectTimeout, RetrievalTimeoutError, True),
+        (httpx.ConnectError, BackendTemporarilyUnavailableError, True),
+        (httpx.ReadError, TransientBackendError, True),
+        (httpx.WriteError, TransientBackendError, True),
+        (httpx.RemoteProtocolError, TransientBackendError, True),
+        (httpx.LocalProtocolError, BackendError, False),
+        (httpx.UnsupportedProtocol, BackendError, False),
+        (httpx.ProxyError, TransientBackendError, True),
+        (httpx.DecodingError, BackendError, False),
+        (httpx.TooManyRedirects, BackendError, False),
+    ],
+)
+async def test_every_httpx_error_becomes_a_fastrag_error_chaining_it(
+    raised: type[httpx.HTTPError], error_type: type[BackendError], transient: bool
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise raised("boom", request=request)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        llm = OpenAICompatibleLLM(base_url="http://llm.test/v1", model="m", http_client=http,
+                                  retry=RetryPolicy(max_attempts=1))
+        with pytest.raises(error_type) as info:
+            await llm.chat(MESSAGES)
+    assert isinstance(info.value.__cause__, raised)
+    assert isinstance(info.value, TransientBackendError) == transient
+
+
+@pytest.mark.parametrize("raised", [httpx.StreamConsumed(), httpx.InvalidURL("bad")], ids=["stream", "url"])
+async def test_httpx_errors_outside_http_error_are_converted_too(raised: Exception) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise raised
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        llm = OpenAICompatibleLLM(base_url="http://llm.test/v1", model="m", http_client=http)
+        with pytest.raises(BackendError) as info:
+            await llm.chat(MESSAGES)
+    assert info.value.__cause__ is raised
+
+
+class TrickleServer:
+    """Answers every POST with a valid chat completion, sent one byte every ``interval`` seconds."""
+
+    def __init__(self, interval: float) -> None:
+        body = json.dumps(chat_completion("slowly " * 20).body).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(body)))
+                    self.end_headers()
+                    for byte in body:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(interval)
+                except OSError:  # the client gave up
+                    pass
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+async def test_timeout_bounds_the_whole_attempt_not_each_read() -> None:
+    # every byte arrives well within the timeout, the whole body (hundreds of bytes) far past it
+    trickle = TrickleServer(interval=0.05)
+    try:
+        llm = OpenAICompatibleLLM(base_url=trickle.url, model="m", timeout=0.5, retry=RetryPolicy(max_attempts=1))
+        async with llm:
+            with pytest.raises(RetrievalTimeoutError) as info:
+                await llm.chat(MESSAGES)
+        assert info.value.timeout == 0.5
+    finally:
+        trickle.close()
+
+
+async def test_a_response_over_max_response_bytes_is_refused_and_not_retried(server: ScriptedHTTPServer) -> None:
+    server.script = [lambda body: completion("x" * 5_000)]
+    async with client(server, max_response_bytes=1_000) as llm:
+        with pytest.raises(BackendError, match="max_response_bytes=1000") as info:
+            await llm.chat(MESSAGES)
+    assert not isinstance(info.value, TransientBackendError)
+    assert len(server.requests) == 1
+    async with client(server, max_response_bytes=100_000) as llm:  # the same reply under a larger limit
+        assert await llm.chat(MESSAGES) == "x" * 5_000
+
+
+async def test_max_response_bytes_counts_the_decompressed_body(server: ScriptedHTTPServer) -> None:
+    text = "y" * 200_000
+    packed = gzip.compress(json.dumps(completion(text).body).encode())
+    assert len(packed) < 10_000  # on the wire it is small
+    server.script = [lambda body: Reply(200, raw=packed, headers={"content-encoding": "gzip"})]
+    async with client(server, max_response_bytes=10_000) as llm:
+        with pytest.raises(BackendError, match="max_response_bytes"):
+            await llm.chat(MESSAGES)
+    async with client(server) as llm:  # the default 8 MiB reads it
+        assert await llm.chat(MESSAGES) == text
+
+
+async def test_a_redirect_is_a_backend_error_naming_status_and_location(server: ScriptedHTTPServer) -> None:
+    target = f"{server.url}/moved/chat/completions"
+    server.script = [lambda body: Reply(307, headers={"location": target})]
+    async with client(server) as llm:
+        with pytest.raises(BackendError, match="307") as info:
+            await llm.chat(MESSAGES)
+    assert target in str(info.value)
+    assert not isinstance(info.value, TransientBackendError)
+    # an injected client that follows redirects does not follow them here either
+    async with httpx.AsyncClient(follow_redirects=True) as http:
+        llm = OpenAICompatibleLLM(base_url=server.url, model="m", http_client=http)
+        with pytest.raises(BackendError, match="307"):
+            await llm.chat(MESSAGES)
+    assert [r.path for r in server.requests] == ["/v1/chat/completions"] * 2
+
+
+async def test_an_authorization_header_replaces_the_environment_key(
+    monkeypatch: pytest.MonkeyPatch, server: ScriptedHTTPServer
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    async with OpenAICompatibleLLM(base_url=server.url, model="m", headers={"Authorization": "Basic Z2F0ZXdheQ=="}) as llm:
+        await llm.chat(MESSAGES)
+    assert server.requests[-1].headers["authorization"] == "Basic Z2F0ZXdheQ=="
+    monkeypatch.setenv("OPENAI_API_KEY", "ключ")
+    with pytest.raises(InvalidParameterError, match="OPENAI_API_KEY") as info:
+        OpenAICompatibleLLM(base_url=server.url, model="m")
+    assert "ключ" not in str(info.value)  # a key is never echoed

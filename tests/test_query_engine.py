@@ -20,7 +20,8 @@ from fastrag.errors import (
 from fastrag.llm import ChatMessage
 from fastrag.models import LANGUAGE, SOURCE_URI, TITLE
 from fastrag.protocols import LLM
-from fastrag.querying import Answer, QueryEngine, build_prompt, parse_citations
+from fastrag.querying import Answer, QueryEngine, SubQuestionEngine, build_prompt, parse_citations
+from fastrag.querying.engine import DEFAULT_MAX_CONTEXT_CHARS, MAX_SOURCE_FIELD_CHARS
 from fastrag.retrieval.result import RetrievalResult
 from fastrag.testing.faults import FaultyStore
 
@@ -207,21 +208,98 @@ async def test_filter_and_k_reach_the_retriever(store: SQLiteVectorStore) -> Non
         await engine.query("BM25", filter={"nonsense": 1})
 
 
-async def test_context_budget_truncates_and_drops_sources() -> None:
+def sources_section(prompt_text: str) -> str:
+    """The text between "Sources:" and "Question:" of a user message, as the model reads it."""
+    return prompt_text.split("Sources:\n\n", 1)[1].rsplit("\n\nQuestion:", 1)[0]
+
+
+async def test_context_budget_counts_headers_truncates_and_drops_sources() -> None:
     docs = [Document(id=f"d{i}", content=str(i) * 50, metadata={SOURCE_URI: f"{i}.md"}) for i in range(1, 4)]
-    prompt = build_prompt("q?", docs, max_context_chars=70)
+    # block 1: "[1]\nsource_uri: 1.md\n" (21) + 50 characters = 71; then "\n\n" (2) and block 2's header
+    # "[2]\nsource_uri: 2.md\n" (21) leave 100 - 71 - 23 = 6 characters: 4 of content and " …"
+    prompt = build_prompt("q?", docs, max_context_chars=100)
     assert [d.id for d in prompt.sources] == ["d1", "d2"]
-    user = prompt.messages[-1].content
-    assert "1" * 50 in user and "2" * 20 + " …" in user and "2" * 21 not in user and "3.md" not in user
+    section = sources_section(prompt.messages[-1].content)
+    assert len(section) == 100
+    assert "1" * 50 in section and section.endswith("\n2222 …") and "3.md" not in section
 
     class Fixed:
         async def retrieve(self, query: str, *, k: int = 10, filter: object = None) -> list[Document]:
             return docs[:k]
 
     llm = ScriptedLLM(lambda messages: "See [1] and [3].")
-    answer = await QueryEngine(retriever=Fixed(), llm=llm, max_context_chars=70).query("q?")
+    answer = await QueryEngine(retriever=Fixed(), llm=llm, max_context_chars=100).query("q?")
     assert [c.document.id for c in answer.citations] == ["d1"]
     assert answer.invalid_citations == (3,)  # source 3 was never shown to the model
+
+
+def test_a_source_whose_header_does_not_fit_is_left_out_but_the_first_is_always_shown() -> None:
+    docs = [Document(id=f"d{i}", content="x" * 10, metadata={TITLE: f"title {i}"}) for i in range(3)]
+    prompt = build_prompt("q?", docs, max_context_chars=5)
+    assert [d.id for d in prompt.sources] == ["d0"]
+    assert sources_section(prompt.messages[-1].content) == "[1]\ntitle: title 0\n…"
+
+
+def test_huge_metadata_cannot_blow_up_the_prompt() -> None:
+    # 5,000 sources without content but with 1,000-character titles and long heading paths
+    docs = [
+        Document(id=f"d{i}", content="", metadata={TITLE: "t" * 1_000, SOURCE_URI: "u" * 5_000,
+                                                 "headings": ["h" * 100] * 1_000})
+        for i in range(5_000)
+    ]
+    for budget in (100, DEFAULT_MAX_CONTEXT_CHARS):
+        prompt = build_prompt("q?", docs, max_context_chars=budget)
+        section = sources_section(prompt.messages[-1].content)
+        first_block = section.split("\n\n", 1)[0]
+        assert len(section) <= max(budget, len(first_block))
+        for line in section.splitlines():
+            label, _, value = line.partition(": ")
+            if label in ("title", "source_uri", "section"):
+                assert len(value) <= MAX_SOURCE_FIELD_CHARS and value.endswith(" …")
+    assert 1 < len(prompt.sources) < 100  # the default budget holds a few dozen of them
+
+
+async def test_duplicate_documents_from_the_retriever_are_numbered_once() -> None:
+    a = Document(id="a", content="Alpha.", metadata={SOURCE_URI: "a.md"})
+    b = Document(id="b", content="Beta.", metadata={SOURCE_URI: "b.md"})
+
+    class Repeats:
+        async def retrieve(self, query: str, *, k: int = 10, filter: object = None) -> list[Document]:
+            return [a, a.with_metadata(score=0.5), b, a]
+
+    llm = ScriptedLLM(lambda messages: "Alpha [1], beta [2], alpha again [1].")
+    answer = await QueryEngine(retriever=Repeats(), llm=llm).query("q?")
+    assert [d.id for d in answer.sources] == ["a", "b"]
+    assert source_numbers(llm.calls[0]["messages"][-1].content) == {"a.md": 1, "b.md": 2}
+    assert [d.id for d in answer.cited_documents] == ["a", "b"]
+
+
+def test_parse_citations_never_crashes_on_numbers_too_long_for_int() -> None:
+    docs = [Document(id=f"d{i}", content=f"text {i}") for i in range(1, 4)]
+    assert parse_citations("[" + "9" * 5000 + "]", docs) == ((), ())
+    citations, invalid = parse_citations("[1-" + "9" * 5000 + "] and [" + "0" * 30 + "2] [12]", docs)
+    assert [c.number for c in citations] == [1, 2]  # leading zeros do not make a number long
+    assert invalid == (12,)
+
+
+def test_parse_citations_expands_a_repeated_range_once() -> None:
+    class ManySources(Sequence[Document]):
+        """100,000 sources without building them (parse_citations reads len() and items)."""
+
+        doc = Document(id="x", content="x")
+
+        def __len__(self) -> int:
+            return 100_000
+
+        def __getitem__(self, index: Any) -> Any:
+            return self.doc
+
+    # expanding the range at every one of its 100,000 occurrences would visit 10**10 numbers
+    citations, invalid = parse_citations("[1-100000]" * 100_000 + " [3] [100001]", ManySources())
+    assert [c.number for c in citations] == list(range(1, 100_001))
+    assert invalid == (100_001,)
+    citations, _ = parse_citations("[5] [3-7] [1-9]", ManySources())
+    assert [c.number for c in citations] == [5, 3, 4, 6, 7, 1, 2, 8, 9]
 
 
 async def test_custom_system_prompt_temperature_and_max_tokens_are_passed(store: SQLiteVectorStore) -> None:
@@ -247,15 +325,21 @@ async def test_llm_errors_propagate_and_a_non_text_reply_is_a_backend_error(stor
 async def test_bad_arguments_are_refused(store: SQLiteVectorStore) -> None:
     retriever, llm = BM25Retriever(store=store), ScriptedLLM()
     assert isinstance(llm, LLM)
-    for kwargs in ({"k": 0}, {"max_context_chars": -1}, {"system_prompt": " "}):
+    for kwargs in ({"k": 0}, {"max_context_chars": -1}, {"system_prompt": " "}, {"k": -10**5000},
+                   {"temperature": "hot"}, {"temperature": -0.1}, {"temperature": 2.5}, {"temperature": float("nan")},
+                   {"temperature": True}, {"temperature": 10**5000}, {"max_tokens": 0}, {"max_tokens": "100"},
+                   {"max_tokens": True}):
         with pytest.raises(InvalidParameterError):
             QueryEngine(retriever=retriever, llm=llm, **kwargs)
+        if "k" not in kwargs:
+            with pytest.raises(InvalidParameterError):
+                SubQuestionEngine(retriever=retriever, llm=llm, **kwargs)
     with pytest.raises(InvalidParameterError, match="chat"):
         QueryEngine(retriever=retriever, llm=object())  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="retrieve"):
         QueryEngine(retriever=object(), llm=llm)  # type: ignore[arg-type]
     engine = QueryEngine(retriever=retriever, llm=llm)
-    for question, kwargs in (("", {}), ("  ", {}), ("ok", {"k": True}), ("ok", {"k": -2})):
+    for question, kwargs in (("", {}), ("  ", {}), ("ok", {"k": True}), ("ok", {"k": -2}), ("lone \ud800?", {})):
         with pytest.raises(InvalidParameterError):
             await engine.query(question, **kwargs)
     with pytest.raises(InvalidParameterError):

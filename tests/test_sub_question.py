@@ -16,6 +16,7 @@ from fastrag.errors import BackendError, BackendUnavailableError, ConfigurationE
 from fastrag.llm import ChatMessage
 from fastrag.models import SOURCE_URI, TITLE
 from fastrag.querying import SUB_QUESTIONS, SubQuestionEngine, SubQuestionResult, split_question
+from fastrag.retrieval.limits import RetrievalLimits
 from fastrag.retrieval.result import RetrievalResult
 
 pytestmark = pytest.mark.anyio
@@ -64,6 +65,19 @@ class ScriptedLLM:
          ("How do taxes work in Germany?", "How do taxes work in France?", "How do taxes work in Italy?")),
         ("how does   BM25 scoring vary across Lucene and Tantivy",
          ("How does BM25 scoring work in Lucene?", "How does BM25 scoring work in Tantivy?")),
+        # the items before the verb ("How do A and B differ in X?"), as a new user asked it
+        ("How do Germany and France differ in parental leave?",
+         ("What is parental leave in Germany?", "What is parental leave in France?")),
+        ("How do Milvus, Qdrant and Chroma compare in terms of their filtering?",
+         ("What is filtering in Milvus?", "What is filtering in Qdrant?", "What is filtering in Chroma?")),
+        ("How do Milvus and Qdrant differ from each other regarding hybrid search?",
+         ("What is hybrid search in Milvus?", "What is hybrid search in Qdrant?")),
+        ("How do BM25 and TF-IDF differ?", ("What is BM25?", "What is TF-IDF?")),
+        ("How does parental leave differ in Germany and France?",  # "does": the items follow the verb
+         ("How does parental leave work in Germany?", "How does parental leave work in France?")),
+        ("How does Milvus differ from Qdrant on filtering?", ("What is filtering in Milvus?", "What is filtering in Qdrant?")),
+        ("How is BM25 different from TF-IDF?", ("What is BM25?", "What is TF-IDF?")),
+        ("How does Milvus compare to Qdrant and Chroma?", ("What is Milvus?", "What is Qdrant?", "What is Chroma?")),
         ("How is parental leave different in Germany and France?",
          ("What is parental leave like in Germany?", "What is parental leave like in France?")),
         ("What is the difference between BM25 and TF-IDF?", ("What is BM25?", "What is TF-IDF?")),
@@ -97,6 +111,7 @@ def test_split_question_splits_comparisons_and_conjunctions(question: str, expec
         "How are documents ranked?",
         "What should I eat and do in Rome?",        # "and do" does not start a second question
         "How does research and development work?",  # no comparison wording
+        "How do taxes differ?",                     # nothing to compare against
         "Compare",
         "What is the difference between BM25 and BM25?",  # one distinct part
         "  What is   BM25?  ",
@@ -299,3 +314,45 @@ async def test_a_sub_question_with_no_match_is_not_a_failure() -> None:
     assert [(d.id, d.metadata[SUB_QUESTIONS]) for d in result.documents] == [("a", ["What is A?"])]
     assert not result.partial and result.failed_sub_questions == ()
     assert result.per_question["What is B?"].documents == ()
+
+
+async def test_a_subject_first_comparison_retrieves_both_parts(store: SQLiteVectorStore) -> None:
+    result = await SubQuestionEngine(retriever=BM25Retriever(store=store), k=1).retrieve(
+        "How do Germany and France differ in parental leave?"
+    )
+    assert result.sub_questions == ("What is parental leave in Germany?", "What is parental leave in France?")
+    assert {d.id for d in result.documents} == {"de-leave", "fr-leave"}
+
+
+async def test_a_deeply_nested_llm_reply_is_a_failed_split_not_a_recursion_error(store: SQLiteVectorStore) -> None:
+    reply = "[" * 100_000 + "]" * 100_000
+    engine = SubQuestionEngine(retriever=BM25Retriever(store=store), llm=ScriptedLLM(lambda m: reply))
+    with pytest.raises(BackendError, match="LLM"):
+        await engine.retrieve(QUESTION)
+    engine = SubQuestionEngine(retriever=BM25Retriever(store=store), llm=ScriptedLLM(lambda m: reply),
+                               fallback="deterministic")
+    result = await engine.retrieve(QUESTION)
+    assert result.splitter == "deterministic_fallback" and isinstance(result.split_error, BackendError)
+    assert result.sub_questions == (DE_Q, FR_Q)
+
+
+@pytest.mark.parametrize(
+    "sub_question",
+    ["lone surrogate \ud800 in Germany?", "x" * 9_000, "parental leave in a very long question about Germany?"],
+    ids=["surrogate", "over-long", "over-the-retriever's-limit"],
+)
+async def test_a_sub_question_the_retriever_would_refuse_is_a_failed_split(
+    store: SQLiteVectorStore, sub_question: str
+) -> None:
+    # the retriever's own limits apply: 40 characters here
+    retriever = BM25Retriever(store=store, limits=RetrievalLimits(max_query_chars=40))
+    reply = json.dumps([DE_Q, sub_question])
+    engine = SubQuestionEngine(retriever=retriever, llm=ScriptedLLM(lambda m: reply))
+    with pytest.raises(BackendError, match="refuse") as info:
+        await engine.retrieve(QUESTION)
+    assert not isinstance(info.value, InvalidParameterError)
+    engine = SubQuestionEngine(retriever=retriever, llm=ScriptedLLM(lambda m: reply), fallback="deterministic")
+    result = await engine.retrieve(QUESTION)
+    assert result.splitter == "deterministic_fallback"
+    assert result.sub_questions == (DE_Q, FR_Q)
+    assert {d.id for d in result.documents} >= {"de-leave", "fr-leave"}

@@ -20,9 +20,10 @@ What the engine does, in order:
 2. If retrieval **failed**, it does not call the LLM: the :class:`Answer` says so, naming the error, with
    ``grounded=False`` and ``status == "retrieval_failed"``. If **nothing matched**, it does not call the
    LLM either: the answer says no sources were found (``status == "no_sources"``).
-3. Otherwise it builds a grounded prompt (:func:`build_prompt`): the documents numbered ``[1]..[n]`` with
-   their title, language and ``source_uri``, and instructions to answer only from them, to cite with
-   ``[n]``, and to say it does not know when they do not answer the question.
+3. Otherwise it builds a grounded prompt (:func:`build_prompt`): the documents numbered ``[1]..[n]`` (a
+   document the retriever returned twice, by id, is numbered once) with their title, language,
+   ``source_uri`` and section, within a character budget, and instructions to answer only from them, to
+   cite with ``[n]``, and to say it does not know when they do not answer the question.
 4. It parses the reply's ``[n]`` markers (:func:`parse_citations`) into :class:`Citation` objects that point
    at the numbered documents; numbers outside ``1..n`` are not citations and are reported in
    ``Answer.invalid_citations``.
@@ -33,8 +34,9 @@ back, and marked: ``answer.partial`` is ``True`` and ``answer.retrieval.failed_b
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -48,6 +50,7 @@ from fastrag.retrieval.result import RetrievalResult, retrieve_result
 __all__ = [
     "DEFAULT_MAX_CONTEXT_CHARS",
     "DEFAULT_SYSTEM_PROMPT",
+    "MAX_SOURCE_FIELD_CHARS",
     "SUB_QUESTIONS",
     "Answer",
     "AnswerStatus",
@@ -65,8 +68,14 @@ SUB_QUESTIONS = "sub_questions"
 shows it as an ``answers:`` line of the source."""
 
 DEFAULT_MAX_CONTEXT_CHARS = 12_000
-"""Default budget for the sources' text in one prompt, in characters (about 3,000 tokens of English at the
-usual 4 characters per token), leaving room in an 8k-token context window for instructions and answer."""
+"""Default budget for the sources section of one prompt (each source's header lines and content), in
+characters: about 3,000 tokens of English at the usual 4 characters per token, leaving room in an
+8k-token context window for instructions and answer."""
+
+MAX_SOURCE_FIELD_CHARS = 300
+"""The longest value of one header line of a source in the prompt (its title, language, ``source_uri``,
+section path or sub-questions), in characters; a longer one is cut and ends with ``" …"``. Long enough for
+any real title or URL, it keeps a document whose metadata is huge from filling the prompt with it."""
 
 DEFAULT_SYSTEM_PROMPT = (
     "You answer questions using only the numbered sources given with the question. "
@@ -85,6 +94,9 @@ _NUMBER = r"\d+(?:\s*[-–]\s*\d+)?"
 # [1], [1, 3], [1;3], [2-4], [Source 1], [sources: 1, 2]; the numbers are read by _CITATION_NUMBER
 _CITATION = re.compile(rf"\[\s*(?:sources?\s*:?\s*)?({_NUMBER}(?:\s*[,;]\s*{_NUMBER})*)\s*\]", re.IGNORECASE)
 _CITATION_NUMBER = re.compile(r"(\d+)(?:\s*[-–]\s*(\d+))?")
+# a written number with more digits than this names no source and is not converted (Python refuses to
+# convert more than 4,300 digits, and no prompt holds 10**18 sources)
+_MAX_CITATION_DIGITS = 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +141,8 @@ class Answer:
         grounded: ``True`` when the text was generated from at least one retrieved source; ``False`` when
             retrieval failed or found nothing. It does not say the text cites anything: see ``citations``.
         invalid_citations: distinct numbers the reply wrote in brackets that name no source (0, or more
-            than ``len(sources)``), in order of first appearance.
+            than ``len(sources)``), in order of first appearance. A number of more than 18 digits is not
+            converted: it is neither a citation nor listed here.
     """
 
     text: str
@@ -156,7 +169,8 @@ class Answer:
 
     @property
     def cited_documents(self) -> tuple[Document, ...]:
-        """The documents the answer cites, in order of first citation, without repeats."""
+        """The documents the answer cites, in order of first citation, without repeats (each source is a
+        distinct document: :func:`build_prompt` numbers a document id once)."""
         return tuple(c.document for c in self.citations)
 
 
@@ -169,49 +183,69 @@ def build_prompt(
 ) -> Prompt:
     """The grounded prompt for ``question`` over ``documents`` (best first).
 
-    Each source is a block ``[n] title: ...``, ``language: ...``, ``source_uri: ...``, ``section: A > B``
-    (the chunk's heading path; each line only when the document has that metadata; ``answers: ...`` too when it carries :data:`SUB_QUESTIONS`), then its
-    content. Sources are added in order while their content fits in ``max_context_chars``; the first one
-    is always included, and a content cut at the budget ends with ``" …"``; sources after the budget is
-    spent are left out (and are not in :attr:`Prompt.sources`).
+    Each source is a block: ``[n]``, then the header lines ``title: ...``, ``language: ...``,
+    ``source_uri: ...``, ``section: A > B`` (the chunk's heading path) and ``answers: ...`` (when it
+    carries :data:`SUB_QUESTIONS`), each only when the document has that metadata, each value on one line
+    and cut at :data:`MAX_SOURCE_FIELD_CHARS` characters (ending with ``" …"``); then its content. Blocks
+    are separated by a blank line. A document whose id was already numbered is skipped: each source is a
+    distinct document, the first occurrence keeping its place.
+
+    ``max_context_chars`` bounds the whole sources section, headers and separators included. Sources are
+    added in order while they fit; a source whose header fits but whose content does not is added with its
+    content cut to the budget (ending with ``" …"``), and then no more are added; a source whose header
+    does not fit is left out, with all after it (they are not in :attr:`Prompt.sources`). The first source
+    is always included: if its header alone exceeds the budget, it is shown with its header and ``"…"``
+    as content, so the section is at most ``max(max_context_chars, len(first header) + 2)`` characters.
 
     Args:
         question: the user's question.
         documents: the retrieved documents, best first; at least one.
         system_prompt: the instructions; ``None`` uses :data:`DEFAULT_SYSTEM_PROMPT`.
-        max_context_chars: budget for the sources' content, in characters (headers not counted).
+        max_context_chars: budget for the sources section, in characters (headers and content).
 
     Returns:
         A :class:`Prompt`.
 
     Raises:
-        InvalidParameterError: an empty question or no documents; an item that is not a
-            :class:`~fastrag.models.Document`; a ``max_context_chars`` that is not a positive int; a
-            ``system_prompt`` that is not a non-empty string.
+        InvalidParameterError: an empty question or one that is not valid Unicode; no documents; an item
+            that is not a :class:`~fastrag.models.Document`; a ``max_context_chars`` that is not a positive
+            int; a ``system_prompt`` that is not a non-empty string.
     """
     _check_question(question)
     _check_positive_int("max_context_chars", max_context_chars)
     system = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
     if not isinstance(system, str) or not system.strip():
-        raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {system_prompt!r}")
+        raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {_shown(system_prompt)}")
     if isinstance(documents, str | bytes) or not isinstance(documents, Sequence) or not documents:
         raise InvalidParameterError("build_prompt needs at least one document")
-    blocks: list[str] = []
-    sources: list[Document] = []
-    budget = max_context_chars
     for doc in documents:
         if not isinstance(doc, Document):
             raise InvalidParameterError(f"documents must be Document objects, got {type(doc).__name__}")
-        if budget <= 0:
-            break
+    blocks: list[str] = []
+    sources: list[Document] = []
+    numbered: set[str] = set()
+    remaining = max_context_chars
+    for doc in documents:
+        if doc.id in numbered:
+            continue
+        header = _source_header(len(sources) + 1, doc)
+        fixed = (2 if blocks else 0) + len(header) + 1  # the blank line before, the header, its newline
+        room = remaining - fixed
         content = doc.content
-        if len(content) > budget:
-            content = content[:budget].rstrip() + _TRUNCATED
-            budget = 0
+        if len(content) > room:
+            if blocks and room <= len(_TRUNCATED):  # not even one character of content fits
+                break
+            cut = content[: max(0, room - len(_TRUNCATED))].rstrip()
+            content = cut + _TRUNCATED if cut else _TRUNCATED.strip()
+            room = 0  # spent: no source after this one
         else:
-            budget -= len(content)
+            room -= len(content)
+        numbered.add(doc.id)
         sources.append(doc)
-        blocks.append(_source_block(len(sources), doc, content))
+        blocks.append(f"{header}\n{content}")
+        remaining = room
+        if remaining <= 0:
+            break
     user = "Sources:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question.strip()}"
     return Prompt(
         messages=(ChatMessage("system", system), ChatMessage("user", user)),
@@ -219,31 +253,60 @@ def build_prompt(
     )
 
 
-def _source_block(number: int, doc: Document, content: str) -> str:
+def _source_header(number: int, doc: Document) -> str:
     lines = [f"[{number}]"]
     for label, key in (("title", TITLE), ("language", LANGUAGE), ("source_uri", SOURCE_URI)):
         value = doc.metadata.get(key)
-        if value is not None and str(value).strip():
-            lines.append(f"{label}: {_one_line(str(value))}")
+        if value is not None:
+            text = _field((str(value),), "")
+            if text:
+                lines.append(f"{label}: {text}")
     headings = doc.metadata.get(HEADINGS)
     if isinstance(headings, Sequence) and not isinstance(headings, str) and headings:
-        lines.append("section: " + " > ".join(_one_line(str(h)) for h in headings))
+        text = _field((str(h) for h in headings), " > ")
+        if text:
+            lines.append(f"section: {text}")
     asked = doc.metadata.get(SUB_QUESTIONS)
     if isinstance(asked, Sequence) and not isinstance(asked, str) and asked:
-        lines.append("answers: " + "; ".join(_one_line(str(q)) for q in asked))
-    lines.append(content)
+        text = _field((str(q) for q in asked), "; ")
+        if text:
+            lines.append(f"answers: {text}")
     return "\n".join(lines)
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+def _field(parts: Iterable[str], separator: str, limit: int = MAX_SOURCE_FIELD_CHARS) -> str:
+    """``parts`` joined by ``separator``, each on one line, cut at ``limit`` characters (``" …"`` included).
+
+    Reads only as many parts, and as much of each, as the limit needs (a value of megabytes costs no more).
+    """
+    out: list[str] = []
+    length = 0
+    for part in parts:
+        # whitespace runs collapse to one space, so 4 * limit raw characters hold enough text unless the
+        # part is mostly whitespace; a cut there shows fewer characters, never more
+        text = " ".join(part[: 4 * limit + 1].split())
+        if not text:
+            continue
+        if out:
+            out.append(separator)
+            length += len(separator)
+        out.append(text)
+        length += len(text)
+        if length > limit:
+            break
+    joined = "".join(out)
+    if len(joined) > limit:
+        return joined[: limit - len(_TRUNCATED)].rstrip() + _TRUNCATED
+    return joined
 
 
 def parse_citations(text: str, sources: Sequence[Document]) -> tuple[tuple[Citation, ...], tuple[int, ...]]:
     """The ``[n]`` citations in ``text``, resolved against ``sources`` (source ``n`` is ``sources[n - 1]``).
 
     Recognised: ``[1]``, ``[1][3]``, ``[1, 3]``, ``[1; 3]``, ``[2-4]`` (a range, expanded), ``[Source 1]``.
-    Any other bracketed text is not a citation. Each number counts once, at its first appearance.
+    Any other bracketed text is not a citation. Each number counts once, at its first appearance. The work
+    is linear in the length of ``text`` plus ``len(sources)``: a range only visits numbers not seen before,
+    so a reply repeating ``[1-2000]`` costs no more than one that writes it once.
 
     Args:
         text: the model's reply.
@@ -252,7 +315,8 @@ def parse_citations(text: str, sources: Sequence[Document]) -> tuple[tuple[Citat
     Returns:
         ``(citations, invalid)``: a :class:`Citation` per distinct valid number, and the distinct numbers
         that name no source (``0``, or more than ``len(sources)``; a range that is reversed or reaches
-        past the last source contributes its two ends), both in order of first appearance.
+        past the last source contributes its two ends), both in order of first appearance. A number written
+        with more than 18 digits (leading zeros aside) can name no source and is left out of both.
 
     Raises:
         InvalidParameterError: ``text`` is not a string.
@@ -262,18 +326,45 @@ def parse_citations(text: str, sources: Sequence[Document]) -> tuple[tuple[Citat
     n = len(sources)
     valid: dict[int, None] = {}
     invalid: dict[int, None] = {}
+    # next_unseen[v]: a number >= v that may not be in valid yet (path-compressed pointers, so a range
+    # skips what earlier citations already added)
+    next_unseen: dict[int, int] = {}
+
+    def find(value: int) -> int:
+        root = value
+        while root in next_unseen:
+            root = next_unseen[root]
+        while value in next_unseen and next_unseen[value] != root:
+            next_unseen[value], value = root, next_unseen[value]
+        return root
+
+    def add(value: int) -> None:
+        if 1 <= value <= n:
+            valid.setdefault(value, None)
+            next_unseen[value] = value + 1
+        else:
+            invalid.setdefault(value, None)
+
     for match in _CITATION.finditer(text):
         for number in _CITATION_NUMBER.finditer(match.group(1)):
-            start = int(number.group(1))
-            end = int(number.group(2)) if number.group(2) is not None else start
-            if 1 <= start <= end <= n:
-                for value in range(start, end + 1):
-                    valid.setdefault(value, None)
+            start = _citation_number(number.group(1))
+            end = _citation_number(number.group(2)) if number.group(2) is not None else start
+            if start is not None and end is not None and 1 <= start <= end <= n:
+                value = find(start)
+                while value <= end:
+                    add(value)
+                    value = find(value + 1)
             else:
                 for value in dict.fromkeys((start, end)):
-                    (valid if 1 <= value <= n else invalid).setdefault(value, None)
+                    if value is not None:
+                        add(value)
     citations = tuple(Citation(number=i, document=sources[i - 1]) for i in valid)
     return citations, tuple(invalid)
+
+
+def _citation_number(digits: str) -> int | None:
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MAX_CITATION_DIGITS else None
 
 
 class QueryEngine:
@@ -285,14 +376,16 @@ class QueryEngine:
         llm: any :class:`~fastrag.protocols.LLM`, e.g. :class:`~fastrag.llm.OpenAICompatibleLLM`.
         k: how many documents to retrieve per question (an int >= 1).
         system_prompt: the instructions; ``None`` uses :data:`DEFAULT_SYSTEM_PROMPT`.
-        max_context_chars: budget for the sources' text in one prompt, in characters (see
-            :func:`build_prompt`).
-        temperature: passed to ``llm.chat``; ``None`` leaves the model's default.
-        max_tokens: passed to ``llm.chat``; ``None`` leaves the model's default.
+        max_context_chars: budget for the sources section of one prompt (headers and content), in
+            characters (see :func:`build_prompt`).
+        temperature: passed to ``llm.chat``, a number in [0, 2] (the OpenAI range; 0 is the most
+            deterministic); ``None`` leaves the model's default.
+        max_tokens: passed to ``llm.chat``, an int >= 1; ``None`` leaves the model's default.
 
     Raises:
         InvalidParameterError: ``retriever`` has no ``retrieve``, ``llm`` has no ``chat``, ``k`` or
-            ``max_context_chars`` is not a positive int, or ``system_prompt`` is blank.
+            ``max_context_chars`` is not a positive int, ``system_prompt`` is blank, ``temperature`` is
+            not a number in [0, 2], or ``max_tokens`` is not a positive int.
     """
 
     def __init__(
@@ -313,7 +406,8 @@ class QueryEngine:
         _check_positive_int("k", k)
         _check_positive_int("max_context_chars", max_context_chars)
         if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
-            raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {system_prompt!r}")
+            raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {_shown(system_prompt)}")
+        _check_sampling(temperature, max_tokens)
         self.retriever = retriever
         self.llm = llm
         self.k = k
@@ -335,7 +429,8 @@ class QueryEngine:
             ``grounded=False`` and a ``status`` saying which (the LLM is not called).
 
         Raises:
-            InvalidParameterError: an empty question or a bad ``k`` (also as the retriever raises them).
+            InvalidParameterError: an empty question or one that is not valid Unicode (a lone surrogate), or
+                a bad ``k`` (also as the retriever raises them).
             FilterError: the filter is malformed or cannot be expressed by the backend.
             AuthenticationError, TransientBackendError, BackendError: the LLM failed (as ``llm.chat``
                 raises them, after its own retries).
@@ -429,10 +524,37 @@ async def retrieve_with_status(
 
 def _check_question(question: Any) -> None:
     if not isinstance(question, str) or not question.strip():
-        raise InvalidParameterError(f"the question must be a non-empty string, got {question!r}")
+        raise InvalidParameterError(f"the question must be a non-empty string, got {_shown(question)}")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidParameterError(f"the question is not valid Unicode: {exc.reason} at position {exc.start}") from exc
+
+
+def _check_sampling(temperature: Any, max_tokens: Any) -> None:
+    """The engines' ``temperature`` (None or a number in [0, 2]) and ``max_tokens`` (None or an int >= 1)."""
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or (isinstance(temperature, float) and not math.isfinite(temperature))
+        or not 0 <= temperature <= 2
+    ):
+        raise InvalidParameterError(f"temperature must be None or a number in [0, 2], got {_shown(temperature)}")
+    if max_tokens is not None:
+        _check_positive_int("max_tokens", max_tokens)
 
 
 def _check_positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidParameterError(f"{name} must be a positive int, got {value!r}")
+        raise InvalidParameterError(f"{name} must be a positive int, got {_shown(value)}")
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters; never raises (an int of over 4,300 digits
+    has no ``repr``)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a message must not fail
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 

@@ -13,13 +13,18 @@ Splitting:
 - **With an LLM** (``llm=``), the model is asked for a JSON array of self-contained sub-questions; the
   reply is validated (a JSON array of 1 or more non-empty strings; a ```` ```json ```` fence or an object
   ``{"sub_questions": [...]}`` is accepted; repeats are dropped; at most ``max_sub_questions`` are kept,
-  the first ones). A reply that does not pass, or a failing LLM, raises
+  the first ones; each must pass the retriever's own query checks,
+  :func:`~fastrag.retrieval._validation.check_query` under the retriever's ``limits`` (default
+  :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`): not blank, valid Unicode, at most ``max_query_chars``
+  characters). A reply that does not pass (JSON nested too deeply for Python's parser included), or a
+  failing LLM, raises
   :class:`~fastrag.errors.BackendError` unless ``fallback="deterministic"``: then the deterministic
   splitter is used, the result says so (``splitter == "deterministic_fallback"``, ``split_error``), and a
   WARNING is logged (logger ``fastrag.querying``). Never silently.
 - **Without an LLM**, :func:`split_question`, a pure function for English questions: comparisons ("How
-  does X differ between A and B?", "What is the difference between A and B?", "Compare A and B [in X]",
-  "A vs B [for X]") become one question per compared item, and a conjunction of questions ("What is A and
+  does X differ between A and B?", "How do A and B differ in X?", "How does A differ from B?", "What is
+  the difference [in X] between A and B?", "Compare A and B [in X]", "A vs B [for X]") become one question
+  per compared item, and a conjunction of questions ("What is A and
   how does B work?", "What is A? What is B?") becomes its questions. A question with nothing to split is
   its own only sub-question.
 
@@ -56,10 +61,13 @@ from fastrag.querying.engine import (
     QueryEngine,
     _check_positive_int,
     _check_question,
+    _check_sampling,
+    _shown,
     retrieve_with_status,
 )
+from fastrag.retrieval._validation import check_query
 from fastrag.retrieval.fusion import ReciprocalRankFusion
-from fastrag.retrieval.limits import MAX_QUERY_CHARS
+from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import RetrievalResult
 
 __all__ = ["SUB_QUESTIONS", "Splitter", "SubQuestionEngine", "SubQuestionResult", "split_question"]
@@ -79,9 +87,25 @@ _COMPARE_SEPARATOR = re.compile(r"\s*,\s*(?:and\s+)?|\s+(?:and|with|to|against|v
 _VERSUS = re.compile(r"\s+(?:vs\.?|versus)\s+", _FLAGS)
 
 _DIFFER = re.compile(
-    r"^how\s+(?P<aux>does|do|did)\s+(?P<x>.+?)\s+(?:differ|vary|compare)\s+(?:between|among|across|in|for)\s+(?P<items>.+)$",
+    r"^how\s+(?P<aux>does|do|did)\s+(?P<x>.+?)\s+(?:differ|vary|compare)\s+(?P<marker>between|among|across|in|for)\s+(?P<items>.+)$",
     _FLAGS,
 )
+# "How do A and B differ [in X]?", subject first: the compared items before the verb (a plural verb: with
+# "does" the subject is one thing, the aspect, as in "How does X differ in A and B")
+_ITEMS_DIFFER = re.compile(
+    r"^how\s+(?:do|did)\s+(?P<items>.+?)\s+(?:differ|vary|compare)"
+    r"(?:\s+(?:from|with|to)\s+(?:each\s+other|one\s+another))?"
+    rf"(?:\s+{_ASPECT_MARKER}\s+(?P<x>.+))?$",
+    _FLAGS,
+)
+# "How does A differ from B [in X]?", "How does A compare to B?", "How is A different from B?"
+_DIFFER_FROM = re.compile(
+    r"^how\s+(?:do|does|did|is|are|was|were)\s+(?P<first>.+?)\s+"
+    r"(?:differ\s+from|different\s+from|compare\s+(?:to|with))\s+(?P<items>.+?)"
+    rf"(?:\s+{_ASPECT_MARKER}\s+(?P<x>.+))?$",
+    _FLAGS,
+)
+_POSSESSIVE = re.compile(r"^(?:their|its|the\s+respective)\s+", _FLAGS)
 _DIFFERENT = re.compile(
     r"^how\s+(?P<aux>is|are|was|were)\s+(?P<x>.+?)\s+different\s+(?:between|among|across|in|for)\s+(?P<items>.+)$",
     _FLAGS,
@@ -105,6 +129,11 @@ def split_question(question: str, *, max_sub_questions: int = 5) -> tuple[str, .
     """Split an English ``question`` into sub-questions by its wording (no model; pure and deterministic).
 
     - "How does X differ between A and B?" -> "How does X work in A?", "How does X work in B?"
+    - "How do A and B differ in X?" (the items first; also "on", "regarding", "in terms of", ...) ->
+      "What is X in A?", "What is X in B?"; without "in X": "What is A?", "What is B?". With "do", the
+      items are read before the verb ("How do pay and leave differ in A and B?" is read this way too);
+      with "does", after it.
+    - "How does A differ from B [in X]?" (also "compare to/with", "is A different from B") -> as above
     - "How is X different in A and B?" -> "What is X like in A?", "What is X like in B?"
     - "What is the difference in X between A and B?" -> "What is X in A?", "What is X in B?"
     - "What is the difference between A and B?" -> "What is A?", "What is B?"; with "... in X" at the
@@ -171,10 +200,25 @@ def _about(items: list[str], aspect: str | None) -> list[str]:
 
 def _split_differ(core: str) -> list[str] | None:
     match = _DIFFER.match(core)
+    if match and match["marker"].lower() in ("between", "among", "across"):  # the items follow the marker
+        items = _items(match["items"])
+        if items:
+            return [f"How {match['aux'].lower()} {match['x']} work in {item}" for item in items]
+    # "How does X differ in A and B" and "How do A and B differ in X" read alike: the side of the verb
+    # that lists two or more items holds the items, the subject side first
+    subject_first = _ITEMS_DIFFER.match(core)
+    if subject_first:
+        items = _items(subject_first["items"])
+        if items:
+            return _about(items, _aspect(subject_first["x"]))
     if match:
         items = _items(match["items"])
         if items:
             return [f"How {match['aux'].lower()} {match['x']} work in {item}" for item in items]
+    differ_from = _DIFFER_FROM.match(core)
+    if differ_from:
+        items = [differ_from["first"].strip(), *(_items(differ_from["items"]) or [differ_from["items"].strip()])]
+        return _about(items, _aspect(differ_from["x"]))
     match = _DIFFERENT.match(core)
     if match:
         items = _items(match["items"])
@@ -182,6 +226,11 @@ def _split_differ(core: str) -> list[str] | None:
             aux = match["aux"].lower()
             return [f"What {aux} {match['x']} like in {item}" for item in items]
     return None
+
+
+def _aspect(text: str | None) -> str | None:
+    """The compared aspect without a leading possessive: "their filtering" -> "filtering"."""
+    return _POSSESSIVE.sub("", text.strip()) if text else None
 
 
 def _split_difference(core: str) -> list[str] | None:
@@ -334,14 +383,17 @@ class SubQuestionEngine:
             :func:`split_question`, marks the result and logs a WARNING.
         system_prompt: the instructions for :meth:`query`'s answer (``None``: the
             :class:`~fastrag.querying.engine.QueryEngine` default).
-        max_context_chars: the sources' budget in :meth:`query`'s prompt, in characters.
-        temperature: passed to ``llm.chat`` (splitting and answering); ``None`` leaves the model's default.
-        max_tokens: passed to ``llm.chat`` when answering; ``None`` leaves the model's default.
+        max_context_chars: the budget of the sources section in :meth:`query`'s prompt (headers and
+            content), in characters (see :func:`~fastrag.querying.engine.build_prompt`).
+        temperature: passed to ``llm.chat`` (splitting and answering), a number in [0, 2]; ``None`` leaves
+            the model's default.
+        max_tokens: passed to ``llm.chat`` when answering, an int >= 1; ``None`` leaves the model's default.
 
     Raises:
         InvalidParameterError: ``retriever`` has no ``retrieve``; ``llm`` has no ``chat``; ``k``,
             ``max_sub_questions`` or ``max_context_chars`` is not a positive int; ``fallback`` is neither
-            ``"error"`` nor ``"deterministic"``.
+            ``"error"`` nor ``"deterministic"``; ``system_prompt`` is blank; ``temperature`` is not a
+            number in [0, 2]; ``max_tokens`` is not a positive int.
     """
 
     def __init__(
@@ -365,7 +417,10 @@ class SubQuestionEngine:
         _check_positive_int("max_sub_questions", max_sub_questions)
         _check_positive_int("max_context_chars", max_context_chars)
         if fallback not in ("error", "deterministic"):
-            raise InvalidParameterError(f"fallback must be 'error' or 'deterministic', got {fallback!r}")
+            raise InvalidParameterError(f"fallback must be 'error' or 'deterministic', got {_shown(fallback)}")
+        if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
+            raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {_shown(system_prompt)}")
+        _check_sampling(temperature, max_tokens)
         self.retriever = retriever
         self.llm = llm
         self.k = k
@@ -380,9 +435,11 @@ class SubQuestionEngine:
         """Split ``question``: ``(sub_questions, splitter, split_error)`` (see :class:`SubQuestionResult`).
 
         Raises:
-            InvalidParameterError: the question is empty or not a string.
-            BackendError: the LLM failed or its reply is not a valid list, and ``fallback == "error"``
-                (the LLM's own errors, such as :class:`~fastrag.errors.AuthenticationError`, as it raises
+            InvalidParameterError: the question is empty, not a string, or not valid Unicode.
+            BackendError: the LLM failed, or its reply is not a valid list (not JSON, nested too deeply,
+                not an array of strings, or a sub-question the retriever would refuse: blank, not valid
+                Unicode, longer than its ``limits.max_query_chars``), and ``fallback == "error"`` (the
+                LLM's own errors, such as :class:`~fastrag.errors.AuthenticationError`, as it raises
                 them).
         """
         _check_question(question)
@@ -402,7 +459,10 @@ class SubQuestionEngine:
             ChatMessage("user", question.strip()),
         )
         reply = await self.llm.chat(messages, temperature=self.temperature)  # type: ignore[union-attr]
-        return _parse_sub_questions(reply, self.max_sub_questions)
+        limits = getattr(self.retriever, "limits", None)
+        return _parse_sub_questions(
+            reply, self.max_sub_questions, limits if isinstance(limits, RetrievalLimits) else DEFAULT_LIMITS
+        )
 
     async def retrieve(self, question: str, *, filter: FilterLike | None = None) -> SubQuestionResult:  # noqa: A002
         """Split ``question``, retrieve ``k`` documents for each sub-question concurrently, and merge them.
@@ -416,7 +476,9 @@ class SubQuestionEngine:
             ``per_question`` (and makes the result ``partial``), never mistaken for "no match".
 
         Raises:
-            InvalidParameterError: the question is empty (or a sub-question is refused by the retriever).
+            InvalidParameterError: the question is empty or not valid Unicode, or a sub-question of the
+                deterministic splitter is refused by the retriever (one the LLM wrote is checked first, and
+                refusing it is a failed split: ``BackendError`` or the fallback).
             FilterError: the filter is malformed or cannot be expressed by the backend.
             BackendError: splitting with the LLM failed and ``fallback == "error"``.
         """
@@ -487,28 +549,37 @@ def _merge(per_question: Mapping[str, RetrievalResult]) -> tuple[Document, ...]:
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
-def _parse_sub_questions(reply: Any, limit: int) -> tuple[str, ...]:
-    """The validated sub-questions of an LLM reply; :class:`BackendError` when it is not a usable list."""
+def _parse_sub_questions(reply: Any, limit: int, limits: RetrievalLimits = DEFAULT_LIMITS) -> tuple[str, ...]:
+    """The validated sub-questions of an LLM reply; :class:`BackendError` when it is not a usable list.
+
+    Each sub-question passes :func:`~fastrag.retrieval._validation.check_query` under ``limits`` (what the
+    retrievers check), so a reply the retriever would refuse is the LLM's failure, not the caller's.
+    """
     if not isinstance(reply, str):
         raise BackendError(f"the LLM returned {type(reply).__name__}, not text")
+    snippet = reply if len(reply) <= 200 else reply[:200] + "..."
     text = _FENCE.sub("", reply.strip()).strip()
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    # JSONDecodeError is a ValueError, as is an integer of over 4,300 digits; RecursionError: nested too deeply
+    except (ValueError, RecursionError):
         start, end = text.find("["), text.rfind("]")
         try:
             value = json.loads(text[start : end + 1]) if 0 <= start < end else None
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError) as exc:
+            if isinstance(exc, RecursionError):
+                raise BackendError(f"the LLM's sub-questions are JSON nested too deeply to parse: {snippet!r}") from exc
             value = None
     if isinstance(value, Mapping):
         value = value.get("sub_questions", value.get("questions"))
-    snippet = reply if len(reply) <= 200 else reply[:200] + "..."
     if not isinstance(value, list) or not value or not all(isinstance(q, str) and q.strip() for q in value):
         raise BackendError(f"the LLM's sub-questions are not a JSON array of non-empty strings: {snippet!r}")
     questions: dict[str, str] = {}
     for q in value:
         q = " ".join(q.split())
-        if len(q) > MAX_QUERY_CHARS:
-            raise BackendError(f"the LLM wrote a sub-question longer than {MAX_QUERY_CHARS} characters")
+        try:
+            check_query(q, limits)
+        except InvalidParameterError as exc:
+            raise BackendError(f"the LLM wrote a sub-question the retriever would refuse: {exc}") from exc
         questions.setdefault(q.casefold(), q)
     return tuple(questions.values())[:limit]
