@@ -141,16 +141,17 @@ MIN_SCOPE_INT = -(2**63)
 MAX_SCOPE_INT = 2**63 - 1
 """The largest int scope value (signed 64-bit)."""
 
-AUTO_DIRECT_MAX = 40
+AUTO_DIRECT_MAX = 1_000
 """``"auto"`` runs ``"direct"`` retrieval at or below this many chunks (the scope's and filter's chunks, not
 files).
 
 ``"direct"`` is exact hybrid fusion over the whole corpus: each branch (dense k-NN and BM25) is asked for
 as many candidates as the corpus holds, so nothing is cut before fusion, and the lists are fused with the
 resolved hybrid settings (weights, fusion, ``rank_constant``). Its cost grows with the corpus, hence the
-threshold. 40 is the default ``retrieval_k``: up to there, ``"direct"`` and ``"hybrid"`` fetch the same
-candidates, and ``"direct"`` stays exact when ``retrieval_k`` is set lower. An engineering default, not a
-measured optimum: override it with ``auto_direct_max`` (at most 10,000, the largest candidate list)."""
+threshold: up to a thousand chunks both candidate lists stay small enough to fetch and fuse whole on every
+query (tens of milliseconds at most on the embedded store), while above it the per-branch cut at
+``retrieval_k`` loses little. An engineering default, not a measured optimum: override it with
+``auto_direct_max`` (at most 10,000, the largest candidate list)."""
 AUTO_RERANK_MIN = 10_000
 """``"auto"`` adds a reranker (when ``rerank_model`` is set) from this many chunks up.
 
