@@ -345,3 +345,14 @@ async def test_bad_arguments_are_refused(store: SQLiteVectorStore) -> None:
     with pytest.raises(InvalidParameterError):
         build_prompt("q", [])
     assert llm.calls == []
+
+
+def test_each_source_names_the_section_it_was_cut_from() -> None:
+    """Two chunks titled alike ("Tea guide") are told apart by their heading paths."""
+    green = Document(id="g", content="Brew at 80 °C.", metadata={TITLE: "Tea guide", "headings": ["Green tea", "Brewing"]})
+    black = Document(id="b", content="Brew at 95 °C.", metadata={TITLE: "Tea guide", "headings": ["Black tea", "Brewing"]})
+    plain = Document(id="p", content="No headings here.", metadata={TITLE: "Notes"})
+    text = build_prompt("how hot?", [green, black, plain]).messages[-1].content
+    assert "[1]\ntitle: Tea guide\nsection: Green tea > Brewing\nBrew at 80 °C." in text
+    assert "[2]\ntitle: Tea guide\nsection: Black tea > Brewing\nBrew at 95 °C." in text
+    assert "[3]\ntitle: Notes\nNo headings here." in text
