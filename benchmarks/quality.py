@@ -7,8 +7,9 @@ vectors, every query is asked one at a time so the per-query latency is comparab
   Qdrant's BM25), milvus-lite (Milvus's BM25 function, ``standard`` analyzer: no stemming, all milvus-lite has);
 * fastrag dense k-NN (SQLite, exact) with the shipped static model and with all-MiniLM-L6-v2;
 * fastrag hybrid, as shipped (``HybridRetriever([VectorRetriever, BM25Retriever])``: default fusion and
-  ``candidate_k``), and a grid of fusions (RRF, min-max and z-score weighted) applied to the same top-100
-  branch lists;
+  ``candidate_k``; asked for ``k=100`` like every system, so each branch returns ``max(candidate_k, 100)``),
+  and a grid of fusions (RRF, min-max, z-score and DBSF weighted) applied to the same top-100 branch lists
+  (the defaults themselves are chosen on SciFact's train queries by ``benchmarks/fusion_defaults.py``);
 * fastrag reranked: BM25's top 100 reordered by ``EmbedderReranker`` (bi-encoder cosine; no cross-encoder
   weights can be had offline here);
 * peers, each in its own venv (``benchmarks/.cache/venvs/<peer>``, made by ``benchmarks/setup_peers.sh``),
@@ -82,7 +83,10 @@ def fusions() -> dict[str, object]:
         "min_max bm25 0.9": WeightedScoreFusion({"bm25": 0.9, "vector": 0.1}, normalization="min_max"),
         "z_score 0.5/0.5": WeightedScoreFusion(normalization="z_score"),
         "z_score bm25 0.3": WeightedScoreFusion({"bm25": 0.3, "vector": 0.7}, normalization="z_score"),
+        "z_score bm25 0.55": WeightedScoreFusion({"bm25": 0.55, "vector": 0.45}, normalization="z_score"),
         "z_score bm25 0.7": WeightedScoreFusion({"bm25": 0.7, "vector": 0.3}, normalization="z_score"),
+        "dbsf 0.5/0.5": WeightedScoreFusion(normalization="dbsf"),
+        "dbsf bm25 0.55": WeightedScoreFusion({"bm25": 0.55, "vector": 0.45}, normalization="dbsf"),
     }
 
 

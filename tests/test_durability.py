@@ -216,3 +216,100 @@ async def test_a_second_connection_sees_consistent_snapshots_and_the_latest_comm
         assert len(await reader.search_vector(np.ones(8, dtype=np.float32), k=N_BASE + N_BATCH)) == N_BASE
         assert await reader.search_text("zephyr", k=5) == []
 
+
+
+# ------------------------------------------------------------------------------ concurrent reads during writes
+
+HAMMER_ROUNDS, HAMMER_BATCH, HAMMER_DIM = 6, 25, 8
+HAMMER_QUERY = np.linspace(1.0, 2.0, HAMMER_DIM, dtype=np.float32)
+EVEN = field("even") == True  # noqa: E712
+
+
+def hammer_writes() -> list[tuple[str, object]]:
+    """The writes, in order: the base, then each round adds a batch and removes the one from two rounds
+    before (two transactions a round), so document count, BM25 statistics and vectors all change."""
+    def batch(v: int) -> tuple[list[Document], np.ndarray]:
+        docs = [Document(id=f"v{v}-{i:02d}", content=f"hammer common round{v} " + "filler " * (i % 7),
+                         metadata={"even": i % 2 == 0, "round": v}) for i in range(HAMMER_BATCH)]  # fmt: skip
+        return docs, np.random.default_rng(v + 1).random((HAMMER_BATCH, HAMMER_DIM), dtype=np.float32) + 0.05
+
+    writes: list[tuple[str, object]] = [("upsert", batch(-1))]
+    for v in range(HAMMER_ROUNDS):
+        writes.append(("upsert", batch(v)))
+        if v >= 2:
+            writes.append(("delete", [f"v{v - 2}-{i:02d}" for i in range(HAMMER_BATCH)]))
+    return writes
+
+
+async def apply(store: SQLiteVectorStore, write: tuple[str, object]) -> None:
+    kind, payload = write
+    if kind == "upsert":
+        docs, vectors = payload  # type: ignore[misc]
+        await store.upsert(docs, embeddings=vectors)
+    else:
+        await store.delete(ids=payload)  # type: ignore[arg-type]
+
+
+HAMMER_READS = {
+    "count": lambda s: s.count(),
+    "count even": lambda s: s.count(filter=EVEN),
+    "bm25": lambda s: s.search_text("hammer round3 filler", k=200),
+    "bm25 even": lambda s: s.search_text("common filler", k=7, filter=EVEN),
+    "dense": lambda s: s.search_vector(HAMMER_QUERY, k=200),
+    "dense even": lambda s: s.search_vector(HAMMER_QUERY, k=9, filter=EVEN),
+    "get": lambda s: s.get(filter=EVEN),
+}
+
+
+def answer(result: object) -> object:
+    if isinstance(result, list):
+        return tuple((d.id, None if d.score is None else round(d.score, 9)) for d in result)
+    return result
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["file", ":memory:"])
+async def test_concurrent_reads_during_writes_each_equal_the_answer_of_one_committed_state(tmp_path: Path, where: str) -> None:
+    writes = hammer_writes()
+    # the answer of every read in every committed state, computed one call at a time on a second store
+    states: list[dict[str, object]] = []
+    async with SQLiteVectorStore(":memory:") as reference:
+        for write in writes:
+            await apply(reference, write)
+            states.append({name: answer(await read(reference)) for name, read in HAMMER_READS.items()})
+    assert all(states[i] != states[i + 1] for i in range(len(states) - 1))  # every write changes the answers
+
+    path = tmp_path / "hammer.db" if where == "file" else ":memory:"
+    async with SQLiteVectorStore(path, read_connections=3) as store:
+        await apply(store, writes[0])
+        done = anyio.Event()
+        seen: list[list[tuple[str, object, bool]]] = [[] for _ in range(5)]
+
+        async def write_all() -> None:
+            for write in writes[1:]:
+                await apply(store, write)
+                await anyio.sleep(0)
+            done.set()
+
+        async def read_all(reader: int) -> None:
+            names = list(HAMMER_READS)
+            i, after_last_write = reader, 0
+            while after_last_write < len(names):  # until each read has run once after the last write
+                name, late = names[i % len(names)], done.is_set()
+                seen[reader].append((name, answer(await HAMMER_READS[name](store)), late))
+                i, after_last_write = i + 1, after_last_write + late
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_all)
+            for reader in range(len(seen)):
+                tg.start_soon(read_all, reader)
+
+    for reads in seen:
+        low = 0  # one task's reads never go back to an older state than one it has already seen
+        for name, got, late in reads:
+            matching = [s for s in range(low, len(states)) if states[s][name] == got]
+            assert matching, f"{name}: {got!r} is the answer of no committed state at or after state {low}"
+            low = matching[0]
+            if late:  # began after the last write committed: the last state
+                assert got == states[-1][name], name

@@ -39,6 +39,7 @@ ALL_FUSIONS = [
     ReciprocalRankFusion(rank_constant=1, weights={"bm25": 2.0, "vector": 0.5}),
     WeightedScoreFusion(normalization="min_max"),
     WeightedScoreFusion({"bm25": 2.0, "vector": 0.5}, normalization="z_score"),
+    WeightedScoreFusion({"bm25": 0.6, "vector": 0.4}, normalization="dbsf"),
     WeightedScoreFusion(normalization="none"),
 ]
 
@@ -284,6 +285,46 @@ def test_z_score_hand_worked_and_absent_is_never_better_than_present():
     assert scores(fused) == pytest.approx({"a": 0.5 - r / 2, "b": -0.5 + r / 2, "c": -0.5, "d": -0.5 - r / 2})
 
 
+def test_dbsf_hand_worked():
+    # Limits mean -/+ 3 sample std, mapped onto [0, 1]: (s - (mean - 3 std)) / (6 std).
+    # bm25 a 3, b 1: mean 2, sample std sqrt(2) -> a 0.5 + 1 / (6 sqrt2), b 0.5 - 1 / (6 sqrt2)
+    # vector b 4, c 2, d 0: mean 2, sample std sqrt(8 / 2) = 2 -> b 8/12, c 6/12, d 4/12
+    # Equal weights 1/2, absent contributes 0:
+    #   a = .5 * (0.5 + 1/(6 sqrt2)) = 0.3089;  b = .5 * (0.5 - 1/(6 sqrt2)) + .5 * 2/3 = 0.5244
+    #   c = .5 * 0.5 = 0.25;  d = .5 * 1/3 = 0.1667
+    results = {"bm25": ranked([("a", 3.0), ("b", 1.0)]), "vector": ranked([("b", 4.0), ("c", 2.0), ("d", 0.0)])}
+    fused = WeightedScoreFusion(normalization="dbsf").fuse(results)
+    e = 1 / (6 * math.sqrt(2))
+    assert ids(fused) == ["b", "a", "c", "d"]
+    assert scores(fused) == pytest.approx({"a": 0.25 + e / 2, "b": 0.25 - e / 2 + 1 / 3, "c": 0.25, "d": 1 / 6})
+
+
+def test_dbsf_ranks_and_scores_like_qdrants_own_implementation():
+    # qdrant-client's local-mode DBSF (qdrant_client.hybrid.fusion) is an independent implementation of
+    # the same formula. It sums the normalised scores with weight 1 each; ours is the convex combination
+    # with equal weights, i.e. exactly half of it.
+    import random
+
+    qdrant_fusion = pytest.importorskip("qdrant_client.hybrid.fusion")
+    from qdrant_client.http import models
+
+    rng = random.Random(7)
+    for trial in range(20):
+        results = {}
+        for name, scale in (("bm25", 25.0), ("vector", 1.0)):
+            chosen = rng.sample(range(40), rng.randint(2, 30))
+            pairs = sorted(((f"d{i}", rng.random() * scale) for i in chosen), key=lambda p: -p[1])
+            results[name] = ranked(pairs)
+        ours = WeightedScoreFusion(normalization="dbsf").fuse(results)
+        theirs = qdrant_fusion.distribution_based_score_fusion(
+            [[models.ScoredPoint(id=int(d.id[1:]), version=0, score=d.score) for d in docs]
+             for docs in results.values()],
+            limit=100,
+        )
+        assert {d.id: 2 * d.score for d in ours} == pytest.approx({f"d{p.id}": p.score for p in theirs}), trial
+        assert ids(ours) == [f"d{p.id}" for p in theirs], trial  # random scores: no ties
+
+
 def test_none_normalization_uses_raw_scores_and_absent_never_beats_negative_scores():
     # vector (cosine) a 0.5, b -0.5; bm25 c 2.0. Absent contributes min(0, list minimum):
     #   absent from bm25 -> min(0, 2) = 0;  absent from vector -> min(0, -0.5) = -0.5
@@ -297,9 +338,11 @@ def test_none_normalization_uses_raw_scores_and_absent_never_beats_negative_scor
 @pytest.mark.parametrize(
     ("normalization", "expected"),
     [
-        # one-element lists normalise to 1.0 (min_max) or 0 (z_score); absent contributes 0 in both.
+        # one-element lists normalise to 1.0 (min_max), 0 (z_score) or 0.5 (dbsf, as Qdrant);
+        # absent contributes 0 in all three.
         ("min_max", {"a": 0.5, "b": 0.5}),
         ("z_score", {"a": 0.0, "b": 0.0}),
+        ("dbsf", {"a": 0.25, "b": 0.25}),
         # raw: a = .5*7 + .5*min(0, -3) = 2.0;  b = .5*(-3) + .5*min(0, 7) = -1.5
         ("none", {"a": 2.0, "b": -1.5}),
     ],
@@ -310,16 +353,18 @@ def test_one_element_lists_stay_finite(normalization, expected):
     assert all(math.isfinite(d.score) for d in fused)
 
 
-@pytest.mark.parametrize(("normalization", "value"), [("min_max", 1.0), ("z_score", 0.0), ("none", 0.1)])
+@pytest.mark.parametrize(
+    ("normalization", "value"), [("min_max", 1.0), ("z_score", 0.0), ("dbsf", 0.5), ("none", 0.1)]
+)
 def test_constant_scores_stay_finite(normalization, value):
-    # Every score is 0.1: min_max gives 1.0 to all, z_score 0 to all; order falls back to rank.
+    # Every score is 0.1: min_max gives 1.0 to all, z_score 0, dbsf 0.5 to all; order falls back to rank.
     results = {"bm25": ranked([("c", 0.1), ("a", 0.1), ("b", 0.1)])}
     fused = WeightedScoreFusion(normalization=normalization).fuse(results)
     assert ids(fused) == ["c", "a", "b"]
     assert scores(fused) == pytest.approx(dict.fromkeys("abc", value))
 
 
-@pytest.mark.parametrize("normalization", ["min_max", "z_score", "none"])
+@pytest.mark.parametrize("normalization", ["min_max", "z_score", "dbsf", "none"])
 def test_missing_scores_count_as_the_list_minimum(normalization):
     # b has no "score" key, d None, e NaN, f inf: each gets the list's minimum normalised value
     # (that of c), so a single-branch fusion keeps them behind a and tied with c, ordered by rank.
@@ -328,7 +373,8 @@ def test_missing_scores_count_as_the_list_minimum(normalization):
     assert ids(fused) == ["a", "b", "c", "d", "e", "f"]
     assert all(math.isfinite(d.score) for d in fused)
     # min_max: c -> 0;  z_score: mean 6, std 4 -> c -1;  none: c raw 2.0
-    floor = {"min_max": 0.0, "z_score": -1.0, "none": 2.0}[normalization]
+    # dbsf: mean 6, sample std sqrt(32) -> c (2 - 6 + 3 sqrt32) / (6 sqrt32) = 0.5 - 4 / (6 sqrt32)
+    floor = {"min_max": 0.0, "z_score": -1.0, "dbsf": 0.5 - 4 / (6 * math.sqrt(32)), "none": 2.0}[normalization]
     assert [d.score for d in fused[1:]] == pytest.approx([floor] * 5)
     assert [d.metadata["branches"]["bm25"]["score"] for d in fused] == [10.0, None, 2.0, None, None, None]
 

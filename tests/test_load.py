@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 
 import anyio
 import pytest
@@ -70,7 +71,8 @@ def tasks_now() -> int:
 
 
 async def test_cancelled_calls_leave_no_task_thread_or_transaction_behind(tmp_path) -> None:
-    store, hybrid = await open_hybrid(tmp_path / "cancel.db")
+    path = tmp_path / "cancel.db"
+    store, hybrid = await open_hybrid(path)
     before = tasks_now()
     expected = snapshot(await hybrid.retrieve("solar power", k=5))
     finished = 0
@@ -97,10 +99,14 @@ async def test_cancelled_calls_leave_no_task_thread_or_transaction_behind(tmp_pa
     assert timed_out > 0
 
     assert tasks_now() == before  # every branch task ended
-    # the worker threads finished their SQLite calls: nobody holds the connection, no read is left open
+    # the worker threads finished their SQLite calls: nobody holds the writer connection, every read
+    # connection is back in the pool, and no transaction is left open on any of them
     assert store._lock.acquire(blocking=False)
     store._lock.release()
     assert not store._conn.in_transaction
+    readers = list(store._readers)
+    assert readers and sorted(map(id, store._idle)) == sorted(map(id, readers))
+    assert not any(conn.in_transaction for conn in readers)
     # the store still answers, with the same results, and closes cleanly
     assert snapshot(await hybrid.retrieve("solar power", k=5)) == expected
     assert await store.count() == 120
@@ -109,3 +115,34 @@ async def test_cancelled_calls_leave_no_task_thread_or_transaction_behind(tmp_pa
         await store.aclose()  # idempotent
     with pytest.raises(BackendUnavailableError):
         await store.count()
+    # every connection is closed: the writer's and each reader's
+    for conn in (store._conn, *readers):
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            conn.execute("SELECT 1")
+    assert not path.with_name(path.name + "-wal").exists()  # the last connection closed checkpointed it away
+
+
+async def test_cancelling_calls_blocked_on_a_full_read_pool_leaks_no_connection(tmp_path) -> None:
+    """With one read connection, most concurrent calls wait for it; cancelling them while they wait (or
+    while they read) returns the connection every time, and the store keeps answering."""
+    path = tmp_path / "pool.db"
+    store, embedder = SQLiteVectorStore(path, read_connections=1), HashingEmbedder()
+    docs = corpus()
+    await store.upsert(docs, embeddings=await embedder.embed_documents([d.content for d in docs]))
+    hybrid = HybridRetriever([VectorRetriever(vector_store=store, embedder=embedder), BM25Retriever(store=store)])
+    expected = snapshot(await hybrid.retrieve("wind power", k=5))
+    for round_ in range(5):
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                for i in range(50):
+                    tg.start_soon(hybrid.retrieve, QUERIES[i % len(QUERIES)])
+                await anyio.sleep(0.001 * round_)
+                scope.cancel()
+    assert len(store._readers) == len(store._idle) == 1  # never more than one, and it is back in the pool
+    assert snapshot(await hybrid.retrieve("wind power", k=5)) == expected
+    readers = list(store._readers)
+    with anyio.fail_after(10):
+        await store.aclose()
+    for conn in (store._conn, *readers):
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            conn.execute("SELECT 1")

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
+import anyio
 import numpy as np
 import pytest
 
+import fastrag.vector_store.sqlite as sqlite_module
 from fastrag.analysis import Analyzer
 from fastrag.errors import BackendError, BackendUnavailableError, ConfigurationError, InvalidParameterError
+from fastrag.filters import field
 from fastrag.models import Document
 from fastrag.testing.store_contract import StoreContract
 from fastrag.vector_store.sqlite import SQLiteVectorStore
@@ -281,3 +287,229 @@ async def test_single_chinese_character_and_headings_are_searchable():
         await store.upsert(docs)
         assert [d.id for d in await store.search_text("量", k=3)] == ["zh"]
         assert [d.id for d in await store.search_text("approximate", k=3)] == ["h"]
+
+
+# ------------------------------------------------------------------------------ concurrent reads
+
+
+def open_handles(path: Path) -> int:
+    """How many file descriptors of this process point at ``path`` (one per open SQLite connection)."""
+    target = os.path.realpath(path)
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == target
+        except OSError:
+            pass  # closed meanwhile (the listing's own descriptor)
+    return count
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc/self/fd (Linux)")
+
+GATED = [Document(id=f"d{i:02d}", content=f"solar panel number{i}", metadata={"gate": i == 0, "n": i}) for i in range(20)]
+GATED_VECTORS = np.random.default_rng(7).random((20, 8), dtype=np.float32) + 0.1
+
+
+class Gate:
+    """Makes the SQL filter function block once, on the first row with ``gate`` true, until released, so
+    one read is provably in flight inside SQLite (in its read transaction, on its connection)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered, self.released = threading.Event(), threading.Event()
+        once = threading.Lock()
+        real = sqlite_module.matches
+
+        def gated(node, metadata):  # noqa: ANN001, ANN202
+            if metadata.get("gate") and once.acquire(blocking=False):  # only the first such call blocks
+                self.entered.set()
+                self.released.wait(30)
+            return real(node, metadata)
+
+        monkeypatch.setattr(sqlite_module, "matches", gated)
+
+    async def wait_entered(self) -> None:
+        assert await anyio.to_thread.run_sync(self.entered.wait, 20), "the gated read never started"
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_a_read_blocked_inside_sqlite_holds_up_no_other_read_nor_a_write(tmp_path, monkeypatch):
+    gate = Gate(monkeypatch)
+    got: dict[str, int] = {}
+    async with SQLiteVectorStore(tmp_path / "concurrent.db") as store:
+        await store.upsert(GATED, embeddings=GATED_VECTORS)
+
+        async def gated_count() -> None:
+            got["gated"] = await store.count(filter=field("gate") == True)  # noqa: E712
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gated_count)
+            try:
+                await gate.wait_entered()
+                with anyio.fail_after(20):  # on one shared connection these would wait for the gated read
+                    assert await store.count() == 20
+                    assert [d.id for d in await store.search_text("number3", k=1)] == ["d03"]
+                    assert len(await store.search_vector(GATED_VECTORS[5], k=3)) == 3
+                    assert [d.id for d in await store.get(ids=["d07"])] == ["d07"]
+                    # a write does not wait for the read either (WAL), and later reads see it
+                    await store.upsert([Document(id="late", content="late", metadata={"gate": True})])
+                    assert await store.count(filter=field("gate") == True) == 2  # noqa: E712
+                    assert "gated" not in got  # the first read was in flight all along
+            finally:
+                gate.released.set()
+        # its snapshot began before the write: the late document is not in its count
+        assert got["gated"] == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_reads_on_a_memory_store_share_its_one_connection_and_stay_correct():
+    async with SQLiteVectorStore(":memory:", read_connections=4) as store:
+        await store.upsert(GATED, embeddings=GATED_VECTORS)
+        expected = [d.id for d in await store.search_vector(GATED_VECTORS[3], k=5)]
+        results: list[list[str]] = []
+
+        async def one() -> None:
+            results.append([d.id for d in await store.search_vector(GATED_VECTORS[3], k=5)])
+            assert await store.count() == 20
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(30):
+                tg.start_soon(one)
+        assert results == [expected] * 30
+        assert store._readers == []  # never a second connection: it would see another, empty database
+
+
+@needs_proc
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_read_connections_are_bounded_and_all_closed_by_aclose(tmp_path):
+    path = tmp_path / "bounded.db"
+    store = SQLiteVectorStore(path, read_connections=2)
+    await store.upsert(GATED, embeddings=GATED_VECTORS)
+    assert open_handles(path) == 1  # the writer; readers open on demand
+
+    async def one(i: int) -> None:
+        await store.search_text(f"panel number{i % 20}", k=3)
+        await store.search_vector(GATED_VECTORS[i % 20], k=3)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(60):
+            tg.start_soon(one, i)
+    assert 1 < open_handles(path) <= 3  # the writer and at most two readers
+    await store.aclose()
+    assert open_handles(path) == 0
+    assert not path.with_name(path.name + "-wal").exists()  # the last connection closed checkpoints it away
+    with pytest.raises(BackendUnavailableError):
+        await store.search_text("solar", k=1)
+
+
+@needs_proc
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_aclose_refuses_new_calls_lets_a_read_in_flight_finish_then_closes_everything(tmp_path, monkeypatch):
+    path = tmp_path / "closing.db"
+    gate = Gate(monkeypatch)
+    store = SQLiteVectorStore(path)
+    await store.upsert(GATED, embeddings=GATED_VECTORS)
+    got: dict[str, object] = {}
+
+    async def gated_count() -> None:
+        got["gated"] = await store.count(filter=field("gate") == True)  # noqa: E712
+
+    async def close() -> None:
+        await store.aclose()
+        got["closed"] = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gated_count)
+        try:
+            await gate.wait_entered()
+            tg.start_soon(close)
+            with anyio.fail_after(20):
+                while True:  # until aclose has begun: then every new call is refused
+                    try:
+                        await store.count()
+                    except BackendUnavailableError:
+                        break
+                    await anyio.sleep(0.005)
+                with pytest.raises(BackendUnavailableError):
+                    await store.upsert([Document(id="x", content="x")])
+            assert "closed" not in got  # aclose waits for the read in flight
+        finally:
+            gate.released.set()
+    assert got == {"gated": 1, "closed": True}  # the read finished with its answer, then the store closed
+    assert open_handles(path) == 0
+
+
+@pytest.mark.anyio
+async def test_every_connection_has_the_busy_timeout_and_the_same_pragmas(tmp_path):
+    async with SQLiteVectorStore(tmp_path / "pragmas.db", read_connections=3) as store:
+        await store.upsert(GATED, embeddings=GATED_VECTORS)
+        async with anyio.create_task_group() as tg:
+            for i in range(30):
+                tg.start_soon(store.count)
+        assert store._readers  # the reads ran on read connections
+        for conn in [store._conn, *store._readers]:
+            assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+            assert conn.execute("PRAGMA query_only").fetchone()[0] == (conn is not store._conn)
+        for conn in store._readers:
+            with pytest.raises(sqlite3.OperationalError, match="readonly"):
+                conn.execute("DELETE FROM documents")  # a read connection cannot write, whatever runs on it
+
+
+def test_read_connections_must_be_a_positive_int(tmp_path):
+    for bad in (0, -1, 1.5, True, "4"):
+        with pytest.raises(InvalidParameterError, match="read_connections"):
+            SQLiteVectorStore(tmp_path / "x.db", read_connections=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_write_by_another_connection_is_seen_even_without_fastrag(tmp_path):
+    """The cache key is raised by triggers in the file, so a writer that is not this store (an older
+    fastrag, a script) still invalidates the cached vectors and BM25 statistics."""
+    path = tmp_path / "foreign.db"
+    async with SQLiteVectorStore(path) as store:
+        await store.upsert(GATED, embeddings=GATED_VECTORS)
+        assert len(await store.search_vector(GATED_VECTORS[0], k=50)) == 20  # caches loaded
+        assert len(await store.search_text("solar", k=50)) == 20
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("DELETE FROM postings WHERE doc IN (SELECT rowid FROM documents WHERE id >= 'd10')")
+            other.execute("DELETE FROM documents WHERE id >= 'd10'")
+        finally:
+            other.close()
+        assert sorted(d.id for d in await store.search_vector(GATED_VECTORS[0], k=50)) == [f"d{i:02d}" for i in range(10)]
+        hits = await store.search_text("solar", k=50)
+        # BM25 statistics follow too: with 10 documents the idf of a term in all of them is ln(1 + 0.5/10.5)
+        assert len(hits) == 10 and hits[0].score == pytest.approx(np.log(1 + 0.5 / 10.5) * 2.2 / (1 + 1.2), rel=1e-6)
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_a_read_that_began_before_a_write_ranks_its_own_snapshot_not_the_newer_cached_vectors(tmp_path, monkeypatch):
+    query = GATED_VECTORS[4]
+    async with SQLiteVectorStore(tmp_path / "snapshot.db") as store:
+        await store.upsert(GATED, embeddings=GATED_VECTORS)
+        before = [(d.id, d.score) for d in await store.search_vector(query, k=30)]
+        gate = Gate(monkeypatch)
+        got: dict[str, list] = {}
+
+        async def gated_search() -> None:  # its snapshot starts, then its filter blocks inside SQLite
+            got["old"] = [(d.id, d.score) for d in await store.search_vector(query, k=30, filter=field("n") >= 0)]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gated_search)
+            try:
+                await gate.wait_entered()
+                with anyio.fail_after(20):
+                    await store.delete(ids=[f"d{i:02d}" for i in range(10, 20)])
+                    new = [Document(id=f"new{i}", content="new", metadata={"n": 100 + i}) for i in range(5)]
+                    await store.upsert(new, embeddings=np.ones((5, 8), dtype=np.float32))
+                    after = await store.search_vector(query, k=30)  # loads the newer vectors into the cache
+                    assert len(after) == 15 and "new0" in {d.id for d in after}
+            finally:
+                gate.released.set()
+        assert got["old"] == before  # all 20 original documents, scored from the state the read began in

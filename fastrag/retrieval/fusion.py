@@ -1,7 +1,8 @@
 """Rank fusion: combine the ranked lists of several retrievers (branches) into one list, best first.
 
 * :class:`ReciprocalRankFusion` uses positions only (Cormack, Clarke & Büttcher, SIGIR 2009).
-* :class:`WeightedScoreFusion` combines per-branch normalised scores (CombSUM-style, Fox & Shaw 1994).
+* :class:`WeightedScoreFusion` combines per-branch normalised scores (CombSUM-style, Fox & Shaw 1994):
+  min-max, z-score, or distribution-based (DBSF, as in Qdrant's ``Fusion.DBSF``).
 
 Rules shared by both:
 
@@ -37,8 +38,10 @@ Weights: TypeAlias = Sequence[float] | Mapping[str, float] | None
 """Per-branch weights: ``None`` (all 1.0), a sequence aligned with the results' branch order, or a
 mapping from branch name to weight."""
 
-Normalization: TypeAlias = Literal["min_max", "z_score", "none"]
-_NORMALIZATIONS = ("min_max", "z_score", "none")
+Normalization: TypeAlias = Literal["min_max", "z_score", "dbsf", "none"]
+_NORMALIZATIONS = ("min_max", "z_score", "dbsf", "none")
+# The value every document of a constant list (including a one-element list) normalises to.
+_CONSTANT_LIST_VALUE = {"min_max": 1.0, "z_score": 0.0, "dbsf": 0.5, "none": 0.0}
 
 # Per branch: the contribution of the document at each (deduplicated) position, already multiplied by
 # the branch weight, and the contribution of a document the branch did not return.
@@ -226,7 +229,7 @@ class ReciprocalRankFusion(_Fusion):
 
 class WeightedScoreFusion(_Fusion):
     """Weighted sum of per-branch normalised scores (CombSUM, Fox & Shaw 1994; min-max / z-score
-    normalisation as compared by Lee, SIGIR 1997).
+    normalisation as compared by Lee, SIGIR 1997; distribution-based score fusion as in Qdrant).
 
     The fused score is ``sum_b (w_b / W) * norm_b(score)`` with ``W`` the sum of the weights, i.e. a
     convex combination; higher is better. Each branch is normalised on its own list:
@@ -234,20 +237,27 @@ class WeightedScoreFusion(_Fusion):
     * ``"min_max"``: ``(s - min) / (max - min)``, in [0, 1]; a constant list (including a one-element
       list) gives 1.0 to all. The fused score lies in [0, 1].
     * ``"z_score"``: ``(s - mean) / std`` (population std); a constant list gives 0 to all. Unbounded.
+    * ``"dbsf"``: distribution-based score fusion, ``(s - (mean - 3 std)) / (6 std)`` with the sample std
+      (``n - 1``): the interval mean ± 3 std is mapped onto [0, 1], so a list's scores land in [0, 1] unless
+      one lies more than 3 std from the mean (not clipped). A constant list (including a one-element list)
+      gives 0.5 to all. Source: Qdrant's ``Fusion.DBSF`` (``distr_norm`` in
+      ``lib/segment/src/common/score_fusion.rs``, Qdrant 1.11), same limits, std and constant-list value.
     * ``"none"``: raw scores; only meaningful when the branches' scores share a scale.
 
     A document in a list without a finite score (no ``"score"`` key, ``None``, NaN, ±inf, not a number)
     gets that list's minimum normalised value; if no document in the list has one, each gets the
-    constant-list value (1.0 for min_max, 0 otherwise).
+    constant-list value (1.0 for min_max, 0.5 for dbsf, 0 otherwise).
 
     A document a branch did not return gets ``min(0, that list's minimum normalised value)`` there, so
     being absent is never better than being returned: 0 for min_max (the bottom of [0, 1]; below every
-    returned document of a constant list), the list's minimum (<= 0) for z_score, and for ``"none"`` 0
-    (CombSUM's convention) unless the list has negative scores, then its minimum.
+    returned document of a constant list), the list's minimum (<= 0) for z_score, 0 for dbsf (as in
+    Qdrant, which sums only the lists a point is in) unless a score lies below mean - 3 std, then that
+    list's minimum, and for ``"none"`` 0 (CombSUM's convention) unless the list has negative scores, then
+    its minimum.
 
     Args:
         weights: per-branch weights (see :data:`Weights`); ``None`` gives every branch the same weight.
-        normalization: ``"min_max"``, ``"z_score"`` or ``"none"``.
+        normalization: ``"min_max"``, ``"z_score"``, ``"dbsf"`` or ``"none"``.
 
     Raises:
         InvalidParameterError: unknown ``normalization``; a weight is negative, NaN or infinite; every
@@ -286,7 +296,7 @@ class WeightedScoreFusion(_Fusion):
 
     def _normalise(self, raw: list[float | None]) -> tuple[list[float], float]:
         known = [s for s in raw if s is not None]
-        constant = 1.0 if self._normalization == "min_max" else 0.0
+        constant = _CONSTANT_LIST_VALUE[self._normalization]
         if not known:
             return [constant] * len(raw), min(0.0, constant)
         lo, hi = min(known), max(known)
@@ -296,6 +306,12 @@ class WeightedScoreFusion(_Fusion):
             norm = dict.fromkeys(known, constant)
         elif self._normalization == "min_max":
             norm = {s: (s - lo) / (hi - lo) for s in known}
+        elif self._normalization == "dbsf":
+            # hi > lo, so there are >= 2 distinct scores and the sample std is > 0
+            mean = math.fsum(known) / len(known)
+            std = math.sqrt(math.fsum((s - mean) ** 2 for s in known) / (len(known) - 1))
+            low = mean - 3 * std
+            norm = {s: (s - low) / (6 * std) if std > 0 else constant for s in known}
         else:
             mean = math.fsum(known) / len(known)
             std = math.sqrt(math.fsum((s - mean) ** 2 for s in known) / len(known))

@@ -16,7 +16,10 @@ Design:
   found in more than half of the documents to 1e-6, so on a small store every score collapses to noise;
   Python's ``sqlite3`` cannot register another FTS5 ranking function; and reading term statistics
   through ``fts5vocab`` made SciFact queries three times slower than the postings table. Only documents
-  sharing at least one term with the query are scored.
+  sharing at least one term with the query are scored. A search reads the postings of its terms with one
+  aggregate row per term (document frequency and ``group_concat`` of ``doc,tf`` pairs), parsed by numpy,
+  instead of one Python tuple per posting: half the time on SciFact, and SQLite does that work without
+  holding Python's GIL, so the other branch of a hybrid runs meanwhile.
 - **Languages**: a document whose ``metadata["language"]`` is set is analysed with that language's
   Snowball stemmer (:meth:`~fastrag.analysis.Analyzer.for_language`; no stemmer for Chinese, Japanese,
   Korean and other languages Snowball lacks; CJK runs are segmented into bigrams in every language), one
@@ -31,10 +34,21 @@ Design:
   on each row's metadata. The store therefore has exactly the reference semantics by construction (type
   rules, missing keys, ISO-8601 dates), which a translation to ``json_extract`` SQL could not guarantee.
 - **Writes** are single transactions: an interrupted upsert or delete leaves the previous state. File
-  databases use the WAL journal. Every call runs in a worker thread, serialised on one connection.
-- **Reads** run in one read transaction each, so a search sees one committed state (a snapshot) even while
-  another connection or process writes; the cached vector matrix and BM25 lengths are keyed by SQLite's
-  ``PRAGMA data_version`` as well as this connection's own writes, so another writer's commits are seen.
+  databases use the WAL journal. Writes run in a worker thread on one writer connection, one at a time.
+- **Reads** (``search_vector``, ``search_text``, ``get``, ``count``) on a file run on a bounded pool of
+  read-only connections (``read_connections``, default ``min(4, os.cpu_count())``, opened on demand), so
+  reads run concurrently with each other and with a write: the two branches of a hybrid retriever search
+  at the same time, and a write never waits for a search (WAL: readers and the writer do not block each
+  other). Each call is one read transaction, so it sees one committed state (a snapshot) even while this
+  store, another store or another process writes. A read does its SQL and numpy work in one worker thread.
+  ``":memory:"`` (and ``""``, a private temporary database) cannot be shared between connections: such a
+  store keeps one connection and runs every call on it, one at a time. Concurrency needs a file.
+- **Caches**: the normalised vector matrix and the BM25 document lengths are kept in memory between reads,
+  keyed by a generation number the database itself keeps (``meta.generation``, raised by a trigger on
+  every inserted, updated or deleted document, in the same transaction, by any writer). A read compares
+  its snapshot's generation with the cache's and reloads from its own snapshot when they differ, so it
+  never scores with vectors or statistics of another state; a cache is replaced only by a newer
+  generation, as one immutable object.
 - **Errors**: a busy or locked database (another process holds the write lock past the 5 s busy timeout)
   raises :class:`~fastrag.errors.TransientBackendError`, which :mod:`fastrag.retry` may retry; any other
   SQLite failure raises :class:`~fastrag.errors.BackendError`. Text that is not valid Unicode (a lone
@@ -46,6 +60,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 from collections import Counter
@@ -67,7 +82,8 @@ from fastrag.errors import (
     TransientBackendError,
 )
 from fastrag.filters import Filter, FilterLike, dump_filter, matches, parse_filter
-from fastrag.models import Document
+from fastrag.models import RANK, SCORE, Document
+from fastrag.retrieval._validation import check_positive_int
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import check_dimension, check_k, check_query_vector, check_unique_ids
 
@@ -77,6 +93,8 @@ _SCHEMA_VERSION = "2"
 _BM25_K1 = 1.2  # Lucene BM25Similarity defaults (Robertson & Zaragoza 2009 recommend k1 in [1.2, 2.0])
 _BM25_B = 0.75
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLITE_BUSY
+_PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
 T = TypeVar("T")
 
 _SCHEMA = """
@@ -96,7 +114,26 @@ CREATE TABLE IF NOT EXISTS postings (
     PRIMARY KEY (term, doc)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS postings_doc ON postings (doc);
+INSERT OR IGNORE INTO meta VALUES ('generation', '0');
+CREATE TRIGGER IF NOT EXISTS documents_generation_insert AFTER INSERT ON documents BEGIN
+    UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
+END;
+CREATE TRIGGER IF NOT EXISTS documents_generation_update AFTER UPDATE ON documents BEGIN
+    UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
+END;
+CREATE TRIGGER IF NOT EXISTS documents_generation_delete AFTER DELETE ON documents BEGIN
+    UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
+END;
 """
+# The generation is raised by triggers, so every writer raises it (an older fastrag, another process, a
+# script), inside its own transaction: a snapshot's generation names the committed state it sees.
+_GENERATION_SQL = "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'"
+# Per query term (in term order): its document frequency and its postings as one "doc,tf,doc,tf" string,
+# pairs kept together in one aggregate.
+_POSTINGS_SQL = (
+    "SELECT term, count(*), group_concat(doc || ',' || tf) FROM postings "
+    "WHERE term IN (SELECT value FROM json_each(?)) GROUP BY term"
+)
 
 
 @lru_cache(maxsize=256)
@@ -119,10 +156,18 @@ class SQLiteVectorStore:
             and reopening with a different name raises, so vectors of two models are never mixed.
         analyzer: the BM25 text analysis (default: English stemming and stopwords, CJK bigrams). A file
             remembers its analyzer's language; reopening it with another raises.
+        read_connections: how many read-only connections a file store may open for concurrent reads (an
+            int > 0; default ``min(4, os.cpu_count())``). They are opened on demand, reused, and closed by
+            :meth:`aclose`; the store holds at most this many plus its one writer connection. Ignored for
+            ``":memory:"``, which runs everything on one connection.
+
+    Every connection waits up to 5 seconds for a lock held by another connection (SQLite's busy timeout)
+    before a call fails with :class:`~fastrag.errors.TransientBackendError`.
 
     Raises:
         BackendUnavailableError: the file cannot be opened or is not a fastrag database.
         ConfigurationError: ``dimension``, ``embedding_model`` or the analyzer differ from the file's.
+        InvalidParameterError: ``dimension`` or ``read_connections`` is not a positive int.
 
     Example::
 
@@ -142,21 +187,33 @@ class SQLiteVectorStore:
         dimension: int | None = None,
         embedding_model: str | None = None,
         analyzer: Analyzer | None = None,
+        read_connections: int | None = None,
     ) -> None:
         if dimension is not None and (not isinstance(dimension, int) or dimension <= 0):
             raise InvalidParameterError(f"dimension must be a positive int, got {dimension!r}")
+        if read_connections is not None:
+            check_positive_int(read_connections, "read_connections")
         self.path = str(path)
         self.analyzer = analyzer or Analyzer()
-        self._lock = threading.Lock()
+        self._private = self.path in _PRIVATE_PATHS
+        self._max_readers = read_connections or min(4, os.cpu_count() or 1)
+        self._lock = threading.Lock()  # the writer connection (and, for a private database, every call)
         self._closed = False
-        self._conn = self._open(self.path)
-        self._matrix_version: tuple[int, int] | None = None
-        self._lengths_version: tuple[int, int] | None = None
-        self._lengths: tuple[np.ndarray, int, float] = (np.zeros(1), 0, 1.0)
-        self._version = 0  # this connection's own commits
-        self._data_version = 0  # SQLite's count of other connections' commits, read at each snapshot
-        self._matrix: np.ndarray = np.zeros((0, 0), dtype=np.float32)
-        self._matrix_rowids: np.ndarray = np.zeros(0, dtype=np.int64)
+        # the pool of read connections: guarded by _pool; _busy counts those checked out, _opening those
+        # being opened; every open reader is in _readers, the idle ones also in _idle (last used on top)
+        self._pool = threading.Condition(threading.Lock())
+        self._readers: list[sqlite3.Connection] = []
+        self._idle: list[sqlite3.Connection] = []
+        self._busy = 0
+        self._opening = 0
+        # caches, each one immutable tuple replaced whole: (generation, ...); -1 is no generation
+        self._vectors_lock = threading.Lock()
+        self._lengths_lock = threading.Lock()
+        self._vectors: tuple[int, np.ndarray, np.ndarray] = (
+            -1, np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.int64)
+        )
+        self._lengths: tuple[int, np.ndarray, int, float] = (-1, np.zeros(1), 0, 1.0)
+        self._conn = self._open()
         try:
             self.dimension: int | None = self._check_meta("dimension", dimension, int)
             self.embedding_model: str | None = self._check_meta("embedding_model", embedding_model, str)
@@ -171,21 +228,39 @@ class SQLiteVectorStore:
     def __repr__(self) -> str:
         return f"SQLiteVectorStore({self.path!r})"
 
-    def _open(self, path: str) -> sqlite3.Connection:
+    def _connect(self, *, reader: bool) -> sqlite3.Connection:
+        """A connection with this store's settings: busy timeout, filter function, PRAGMAs."""
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=_BUSY_TIMEOUT_S)
         try:
-            if path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             conn.create_function("fastrag_match", 2, _sql_match, deterministic=True)
-            if path != ":memory:":
-                conn.execute("PRAGMA journal_mode=WAL")
+            if not self._private:
                 conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
-            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if version is None:
-                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (_SCHEMA_VERSION,))
-            elif version[0] != _SCHEMA_VERSION:
-                raise BackendUnavailableError(f"unsupported schema version {version[0]}", store=path)
+            if reader:
+                conn.execute("PRAGMA query_only=ON")  # a reader can never write, whatever runs on it
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        """The writer connection, with the schema created or checked."""
+        path = self.path
+        try:
+            if not self._private:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            conn = self._connect(reader=False)
+            try:
+                if not self._private:
+                    conn.execute("PRAGMA journal_mode=WAL")  # persistent: the readers find the file in WAL mode
+                conn.executescript(_SCHEMA)
+                version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                if version is None:
+                    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (_SCHEMA_VERSION,))
+                elif version[0] != _SCHEMA_VERSION:
+                    raise BackendUnavailableError(f"unsupported schema version {version[0]}", store=path)
+            except BaseException:
+                conn.close()
+                raise
         except (sqlite3.Error, OSError) as exc:
             raise BackendUnavailableError(f"cannot open SQLite store: {exc}", store=path) from exc
         return conn
@@ -231,50 +306,108 @@ class SQLiteVectorStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the database. Idempotent."""
+        """Close every connection of the store. Idempotent.
+
+        New calls are refused at once (:class:`~fastrag.errors.BackendUnavailableError`); calls already
+        running finish first, then their connections are closed too.
+        """
         await anyio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._conn.close()
+        with self._pool:
+            self._closed = True
+            while self._busy or self._opening:  # reads in flight finish on their connections
+                self._pool.wait()
+            readers, self._readers, self._idle = self._readers, [], []
+        for conn in readers:
+            conn.close()
+        with self._lock:  # a write in flight finishes first
+            self._conn.close()
+
+    def _error(self, exc: sqlite3.Error) -> BackendError:
+        """Our error for a SQLite failure: busy or locked past the timeout is transient."""
+        if isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES:
+            return TransientBackendError(f"SQLite database is busy: {exc}", store=self.path)
+        return BackendError(f"SQLite error: {exc}", store=self.path)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` in a worker thread holding the writer connection's lock."""
+
         def call() -> T:
             with self._lock:
                 if self._closed:
                     raise BackendUnavailableError("store is closed", store=self.path)
                 try:
                     return fn(*args)
-                except sqlite3.OperationalError as exc:
-                    if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES:
-                        raise TransientBackendError(f"SQLite database is busy: {exc}", store=self.path) from exc
-                    raise BackendError(f"SQLite error: {exc}", store=self.path) from exc
                 except sqlite3.Error as exc:
-                    raise BackendError(f"SQLite error: {exc}", store=self.path) from exc
+                    raise self._error(exc) from exc
 
         return await anyio.to_thread.run_sync(call)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn`` inside one read transaction: every statement in it sees the same committed state."""
+        """Run ``fn(conn, generation, *args)`` in one worker thread, inside one read transaction.
 
-        def in_snapshot() -> T:
-            conn = self._conn
-            conn.execute("BEGIN")
-            try:
-                conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone()  # the snapshot starts here
-                self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
-                return fn(*args)
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")  # a read transaction: nothing to commit
+        Every statement ``fn`` runs on ``conn`` sees the same committed state (a snapshot), whose
+        generation is ``generation``. A file store takes a connection from the read pool; a private
+        (``":memory:"``) one uses its only connection under the lock.
+        """
+        if self._private:
+            return await self._run(lambda: _in_snapshot(self._conn, fn, args))
+        return await anyio.to_thread.run_sync(self._pooled_read, fn, args)
 
-        return await self._run(in_snapshot)
+    def _pooled_read(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        conn = self._checkout()
+        healthy = False
+        try:
+            result = _in_snapshot(conn, fn, args)
+            healthy = True
+            return result
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+        except Exception:
+            healthy = not conn.in_transaction  # our own error (a bad filter): the connection is fine
+            raise
+        finally:
+            self._checkin(conn, healthy=healthy)
 
-    def _state(self) -> tuple[int, int]:
-        """Identifies the committed state the current snapshot sees (valid inside :meth:`_read`)."""
-        return (self._version, self._data_version)
+    def _checkout(self) -> sqlite3.Connection:
+        """An idle read connection, a new one while fewer than ``read_connections`` are open, or wait."""
+        with self._pool:
+            while True:
+                if self._closed:
+                    raise BackendUnavailableError("store is closed", store=self.path)
+                if self._idle:
+                    self._busy += 1
+                    return self._idle.pop()
+                if len(self._readers) + self._opening < self._max_readers:
+                    self._opening += 1
+                    break
+                self._pool.wait()
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = self._connect(reader=True)
+        except sqlite3.Error as exc:
+            raise BackendUnavailableError(f"cannot open SQLite store: {exc}", store=self.path) from exc
+        finally:
+            with self._pool:
+                self._opening -= 1
+                if conn is not None:
+                    self._readers.append(conn)
+                    self._busy += 1
+                self._pool.notify_all()
+        return conn
+
+    def _checkin(self, conn: sqlite3.Connection, *, healthy: bool) -> None:
+        """Return a read connection to the pool; one left in a bad state is closed instead."""
+        with self._pool:
+            self._busy -= 1
+            if healthy:
+                self._idle.append(conn)
+            else:
+                self._readers.remove(conn)
+            self._pool.notify_all()
+        if not healthy:
+            conn.close()
 
     # ------------------------------------------------------------------ writes
 
@@ -368,7 +501,6 @@ class SQLiteVectorStore:
             raise
         if dims and self.dimension is None:
             (self.dimension,) = dims
-        self._version += 1
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:  # noqa: A002
         """Delete documents in one transaction; return how many were removed.
@@ -404,7 +536,6 @@ class SQLiteVectorStore:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        self._version += 1
         return len(rowids)
 
     # ------------------------------------------------------------------ reads
@@ -427,7 +558,8 @@ class SQLiteVectorStore:
     async def count(self, *, filter: FilterLike | None = None) -> int:  # noqa: A002
         """How many documents the store holds, or how many match ``filter``."""
         where, params = self._where(filter=filter)
-        return await self._read(lambda: self._conn.execute(f"SELECT count(*) FROM documents WHERE {where}", params).fetchone()[0])
+        sql = f"SELECT count(*) FROM documents WHERE {where}"
+        return await self._read(lambda conn, _generation: conn.execute(sql, params).fetchone()[0])
 
     async def get(
         self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None, limit: int | None = None  # noqa: A002
@@ -438,7 +570,7 @@ class SQLiteVectorStore:
         if limit is not None:
             check_k(limit, "limit")
             sql += f" LIMIT {int(limit)}"
-        rows = await self._read(lambda: self._conn.execute(sql, params).fetchall())
+        rows = await self._read(lambda conn, _generation: conn.execute(sql, params).fetchall())
         return [Document(id=i, content=c, metadata=json.loads(m)) for i, c, m in rows]
 
     async def search_text(
@@ -470,25 +602,29 @@ class SQLiteVectorStore:
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         if language is not None and not isinstance(language, str):
             raise InvalidParameterError(f"language must be None or a language code, got {language!r}")
-        terms = sorted(set(self._analyzer_for(language).analyze(query, for_query=True)))
+        analyzer = self._analyzer_for(language)
+        node = parse_filter(filter)
+        # the question is analysed in the worker thread too: stemming stays off the event loop, and the
+        # other branch of a hybrid can start meanwhile
+        return await self._read(self._search_text_sync, analyzer, query, k, node)
+
+    def _search_text_sync(
+        self, conn: sqlite3.Connection, generation: int, analyzer: Analyzer, query: str, k: int, node: Filter | None
+    ) -> list[Document]:
+        terms = sorted(set(analyzer.analyze(query, for_query=True)))
         if not terms:
             return []
-        node = parse_filter(filter)
-        return await self._read(self._search_text_sync, terms, k, node)
-
-    def _search_text_sync(self, terms: list[str], k: int, node: Filter | None) -> list[Document]:
-        postings = self._conn.execute(
-            "SELECT term, doc, tf FROM postings WHERE term IN (SELECT value FROM json_each(?))", (json.dumps(terms),)
-        ).fetchall()
-        if not postings:
+        # one row per query term: its document frequency and its postings as "doc,tf,doc,tf,...", built by
+        # SQLite in C (no Python object per posting, and the GIL is free while SQLite works)
+        found = conn.execute(_POSTINGS_SQL, (json.dumps(terms),)).fetchall()
+        if not found:
             return []
-        lengths, n_docs, avgdl = self._load_lengths()
-        terms_of = [p[0] for p in postings]
-        rowids = np.fromiter((p[1] for p in postings), dtype=np.int64, count=len(postings))
-        tf = np.fromiter((p[2] for p in postings), dtype=np.float64, count=len(postings))
-        df = Counter(terms_of)
-        idf = {t: math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) for t, n in df.items()}
-        weights = np.fromiter((idf[t] for t in terms_of), dtype=np.float64, count=len(postings))
+        _, lengths, n_docs, avgdl = self._load_lengths(conn, generation)
+        df = [n for _, n, _ in found]
+        pairs = _parse_ints(",".join(p for _, _, p in found), 2 * sum(df)).reshape(-1, 2)
+        rowids, tf = pairs[:, 0], pairs[:, 1].astype(np.float64)
+        idf = [math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) for n in df]
+        weights = np.repeat(np.array(idf, dtype=np.float64), df)
         norm = _BM25_K1 * (1.0 - _BM25_B + _BM25_B * lengths[rowids] / avgdl)
         contributions = weights * tf * (_BM25_K1 + 1.0) / (tf + norm)
         candidates, inverse = np.unique(rowids, return_inverse=True)
@@ -496,7 +632,7 @@ class SQLiteVectorStore:
         if node is not None:
             where, params = self._where(filter=node)
             allowed = np.fromiter(
-                (r[0] for r in self._conn.execute(
+                (r[0] for r in conn.execute(
                     f"SELECT rowid FROM documents WHERE rowid IN (SELECT value FROM json_each(?)) AND {where}",
                     [json.dumps(candidates.tolist()), *params],
                 )),
@@ -506,20 +642,28 @@ class SQLiteVectorStore:
             scores, candidates = scores[keep], candidates[keep]
             if len(candidates) == 0:
                 return []
-        return self._ranked_rows(scores, candidates, k)
+        return _ranked_rows(conn, scores, candidates, k)
 
-    def _load_lengths(self) -> tuple[np.ndarray, int, float]:
-        """Document lengths in terms, indexed by rowid; the document count; the mean length (BM25's avgdl)."""
-        if self._lengths_version != self._state():
-            rows = self._conn.execute("SELECT rowid, n_terms FROM documents").fetchall()
+    def _load_lengths(self, conn: sqlite3.Connection, generation: int) -> tuple[int, np.ndarray, int, float]:
+        """``(generation, lengths, n_docs, avgdl)``: document lengths in terms indexed by rowid, the document
+        count and the mean length (BM25's avgdl) of the state whose generation is ``generation``."""
+        cached = self._lengths
+        if cached[0] == generation:
+            return cached
+        with self._lengths_lock:  # one reader loads; the others of the same generation wait and reuse it
+            cached = self._lengths
+            if cached[0] == generation:
+                return cached
+            rows = conn.execute("SELECT rowid, n_terms FROM documents").fetchall()
             top = max((r[0] for r in rows), default=0)
             lengths = np.zeros(top + 1, dtype=np.float64)
             for rowid, n in rows:
                 lengths[rowid] = n
             total = float(lengths.sum())
-            self._lengths = (lengths, len(rows), total / len(rows) if rows and total > 0 else 1.0)
-            self._lengths_version = self._state()
-        return self._lengths
+            loaded = (generation, lengths, len(rows), total / len(rows) if rows and total > 0 else 1.0)
+            if generation > cached[0]:  # a reader of an older snapshot never replaces a newer cache
+                self._lengths = loaded
+            return loaded
 
     async def search_vector(
         self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None  # noqa: A002
@@ -545,58 +689,86 @@ class SQLiteVectorStore:
         node = parse_filter(filter)
         return await self._read(self._search_vector_sync, query, k, node)
 
-    def _search_vector_sync(self, query: np.ndarray, k: int, node: Filter | None) -> list[Document]:
-        matrix, rowids = self._load_matrix()
+    def _search_vector_sync(
+        self, conn: sqlite3.Connection, generation: int, query: np.ndarray, k: int, node: Filter | None
+    ) -> list[Document]:
+        allowed = None
+        if node is not None:
+            where, params = self._where(filter=node)
+            allowed = np.fromiter(
+                (r[0] for r in conn.execute(f"SELECT rowid FROM documents WHERE embedding IS NOT NULL AND {where}", params)),
+                dtype=np.int64,
+            )
+        _, matrix, rowids = self._load_vectors(conn, generation)
         if len(rowids) == 0:
             return []
         # the dimension may have been fixed by another connection's first write
         check_dimension(query.shape[0], matrix.shape[1], store=self.path, what="query has")
-        if node is not None:
-            where, params = self._where(filter=node)
-            allowed = np.fromiter(
-                (r[0] for r in self._conn.execute(f"SELECT rowid FROM documents WHERE embedding IS NOT NULL AND {where}", params)),
-                dtype=np.int64,
-            )
+        if allowed is not None:
             positions = np.nonzero(np.isin(rowids, allowed))[0]
             matrix, rowids = matrix[positions], rowids[positions]
             if len(rowids) == 0:
                 return []
         norm = float(np.linalg.norm(query))
-        return self._ranked_rows(matrix @ (query / norm), rowids, k)
+        return _ranked_rows(conn, matrix @ (query / norm), rowids, k)
 
-    def _ranked_rows(self, scores: np.ndarray, rowids: np.ndarray, k: int) -> list[Document]:
-        """The ``k`` best rows by score (ties by id) as documents stamped with score and rank."""
-        top = _top_k(scores, k)
-        chosen = rowids[top].tolist()
-        marks = ",".join("?" * len(chosen))
-        found = {
-            r: (i, c, m)
-            for r, i, c, m in self._conn.execute(
-                f"SELECT rowid, id, content, metadata FROM documents WHERE rowid IN ({marks})", chosen
-            )
-        }
-        hits = [(float(scores[p]), found[rowids[p]]) for p in top]
-        hits.sort(key=lambda h: (-h[0], h[1][0]))
-        del hits[k:]
-        return [
-            Document(id=i, content=c, metadata=json.loads(m)).ranked(score=s, rank=r)
-            for r, (s, (i, c, m)) in enumerate(hits)
-        ]
-
-    def _load_matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._matrix_version != self._state():
-            rows = self._conn.execute("SELECT rowid, embedding FROM documents WHERE embedding IS NOT NULL").fetchall()
+    def _load_vectors(self, conn: sqlite3.Connection, generation: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(generation, matrix, rowids)``: the L2-normalised ``(n, dim)`` float32 vectors of the state
+        whose generation is ``generation``, and their rowids."""
+        cached = self._vectors
+        if cached[0] == generation:
+            return cached
+        with self._vectors_lock:  # one reader loads; the others of the same generation wait and reuse it
+            cached = self._vectors
+            if cached[0] == generation:
+                return cached
+            rows = conn.execute("SELECT rowid, embedding FROM documents WHERE embedding IS NOT NULL").fetchall()
             if rows:
-                matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-                norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-                self._matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+                raw = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+                norms = np.linalg.norm(raw, axis=1, keepdims=True)
+                matrix = np.divide(raw, norms, out=np.zeros_like(raw), where=norms > 0)
                 if self.dimension is None:  # fixed by another connection's first write
-                    self.dimension = int(matrix.shape[1])
+                    self.dimension = int(raw.shape[1])
             else:
-                self._matrix = np.zeros((0, self.dimension or 0), dtype=np.float32)
-            self._matrix_rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            self._matrix_version = self._state()
-        return self._matrix, self._matrix_rowids
+                matrix = np.zeros((0, self.dimension or 0), dtype=np.float32)
+            rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            matrix.flags.writeable = rowids.flags.writeable = False  # shared by concurrent readers
+            loaded = (generation, matrix, rowids)
+            if generation > cached[0]:  # a reader of an older snapshot never replaces a newer cache
+                self._vectors = loaded
+            return loaded
+
+
+def _in_snapshot(conn: sqlite3.Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    """``fn(conn, generation, *args)`` inside one read transaction on ``conn``; rolled back after."""
+    conn.execute("BEGIN")
+    try:
+        # the first read starts the snapshot; the generation names the committed state it sees
+        generation = conn.execute(_GENERATION_SQL).fetchone()[0]
+        return fn(conn, generation, *args)
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")  # a read transaction: nothing to commit
+
+
+def _ranked_rows(conn: sqlite3.Connection, scores: np.ndarray, rowids: np.ndarray, k: int) -> list[Document]:
+    """The ``k`` best rows by score (ties by id) as documents stamped with score and rank."""
+    top = _top_k(scores, k)
+    chosen = rowids[top].tolist()
+    marks = ",".join("?" * len(chosen))
+    found = {
+        r: (i, c, m)
+        for r, i, c, m in conn.execute(f"SELECT rowid, id, content, metadata FROM documents WHERE rowid IN ({marks})", chosen)
+    }
+    hits = [(float(s), found[r]) for s, r in zip(scores[top].tolist(), chosen, strict=True)]
+    hits.sort(key=lambda h: (-h[0], h[1][0]))
+    del hits[k:]
+    out = []
+    for rank, (score, (doc_id, content, metadata)) in enumerate(hits):
+        stamped = json.loads(metadata)
+        stamped[SCORE], stamped[RANK] = score, rank  # one Document per hit, not a copy of a copy
+        out.append(Document(id=doc_id, content=content, metadata=stamped))
+    return out
 
 
 def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
@@ -604,7 +776,16 @@ def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
     if k >= len(scores):
         return np.arange(len(scores))
     cut = np.partition(scores, len(scores) - k)[len(scores) - k]
-    return np.nonzero(scores >= cut)[0] if np.count_nonzero(scores >= cut) <= 4 * k else np.argpartition(-scores, k)[:k]
+    at_or_above = scores >= cut
+    return np.flatnonzero(at_or_above) if np.count_nonzero(at_or_above) <= 4 * k else np.argpartition(-scores, k)[:k]
+
+
+def _parse_ints(text: str, count: int) -> np.ndarray:
+    """The ``count`` comma-separated integers of ``text`` (SQLite's ``group_concat`` of integer columns)."""
+    values = np.fromstring(text, dtype=np.int64, sep=",") if count else np.zeros(0, dtype=np.int64)
+    if len(values) != count:  # never expected: integers SQLite wrote itself
+        raise BackendError(f"postings could not be read: {len(values)} numbers, expected {count}")
+    return values
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
