@@ -146,6 +146,17 @@ def test_default_candidate_k_is_200_and_each_branch_is_asked_for_it(store) -> No
     assert asked == {"bm25": [200, 300], "vector": [200, 300]}
 
 
+def test_a_shipped_static_model_gets_40_candidates_and_an_explicit_value_is_kept(store) -> None:
+    static = {"bm25": BM25Retriever(store=store),
+              "vector": VectorRetriever(vector_store=store, embedder=NamedEmbedder("static-minilm-d256"))}
+    assert HybridRetriever(static).candidate_k == 40
+    assert HybridRetriever(static, candidate_k=7).candidate_k == 7
+    dense = {**static, "vector": VectorRetriever(vector_store=store, embedder=NamedEmbedder("all-MiniLM-L6-v2"))}
+    assert HybridRetriever(dense).candidate_k == 200
+    assert HybridRetriever(dense, candidate_k=7).candidate_k == 7
+    assert HybridRetriever({"a": BM25Retriever(store=store), "b": BM25Retriever(store=store)}).candidate_k == 200
+
+
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "fusion_defaults_minilm.md"
 
 

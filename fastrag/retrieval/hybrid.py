@@ -24,7 +24,10 @@ __all__ = [
     "DENSE_MODEL_LEXICAL_WEIGHT",
     "LEXICAL_WEIGHT_BY_EMBEDDER",
     "BranchErrorPolicy",
+    "DENSE_MODEL_CANDIDATE_K",
+    "STATIC_MODEL_CANDIDATE_K",
     "HybridRetriever",
+    "default_candidate_k",
     "default_fusion",
 ]
 
@@ -56,6 +59,35 @@ it scores 0.7344 (min-max equal weights at ``candidate_k=40``, the previous defa
 0.6878), and 0.9785 on XQuAD-en (BM25 alone 0.9649)."""
 
 
+STATIC_MODEL_CANDIDATE_K = 40
+"""Per-branch candidates by default when the dense branch uses a shipped static model.
+
+Evidence (``benchmarks/results/fusion_defaults_d256_candidate_k.md``): on SciFact's train queries the best
+cells use 20-40 candidates; 200 adds nothing there (train 0.7017 against 0.7029 at 40) and costs five times
+the documents per branch to fetch and fuse."""
+
+DENSE_MODEL_CANDIDATE_K = 200
+"""Per-branch candidates by default for any other dense embedder: the train-best cell with
+:data:`DENSE_MODEL_LEXICAL_WEIGHT` (with 40: 0.001 lower on SciFact train, 0.007 on test)."""
+
+
+def _static_weight(branches: Mapping[str, Retriever] | None) -> float | None:
+    """BM25's measured weight when the branches are one BM25 and one dense branch over a shipped static model."""
+    if branches is None or set(branches) != {"bm25", "vector"}:
+        return None
+    embedder_name = getattr(getattr(branches["vector"], "embedder", None), "name", None)
+    return LEXICAL_WEIGHT_BY_EMBEDDER.get(embedder_name) if isinstance(embedder_name, str) else None
+
+
+def default_candidate_k(branches: Mapping[str, Retriever] | None = None) -> int:
+    """The per-branch candidate count :class:`HybridRetriever` uses when none is given, chosen by measurement.
+
+    :data:`STATIC_MODEL_CANDIDATE_K` (40) for one ``"bm25"`` and one ``"vector"`` branch whose embedder is a
+    shipped static model; :data:`DENSE_MODEL_CANDIDATE_K` (200) otherwise.
+    """
+    return STATIC_MODEL_CANDIDATE_K if _static_weight(branches) is not None else DENSE_MODEL_CANDIDATE_K
+
+
 def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusion:
     """The fusion :class:`HybridRetriever` uses when none is given, chosen by measurement.
 
@@ -75,8 +107,7 @@ def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusio
         A new fusion object (never shared between calls).
     """
     if branches is not None and set(branches) == {"bm25", "vector"}:
-        embedder_name = getattr(getattr(branches["vector"], "embedder", None), "name", None)
-        weight = LEXICAL_WEIGHT_BY_EMBEDDER.get(embedder_name) if isinstance(embedder_name, str) else None
+        weight = _static_weight(branches)
         if weight is not None:
             return WeightedScoreFusion({"bm25": weight, "vector": 1.0 - weight}, normalization="min_max")
         dense = round(1.0 - DENSE_MODEL_LEXICAL_WEIGHT, 10)
@@ -96,8 +127,8 @@ class HybridRetriever(ReturnsResult):
         fusion: how the branch lists are combined; ``None`` uses :func:`default_fusion`.
         candidate_k: how many documents each branch is asked for (at least ``k``, at most
             ``limits.max_k``); fusing longer lists lets a document ranked low by one branch but high by
-            another surface. The default, 200, was chosen with the default fusion on SciFact's train
-            queries (see :data:`DENSE_MODEL_LEXICAL_WEIGHT`; with 40: 0.001 lower on train, 0.007 on test).
+            another surface. ``None`` (default): :func:`default_candidate_k`, chosen with the default
+            fusion on SciFact's train queries (200, or 40 with a shipped static model).
         branch_timeout: seconds each branch may take; a branch still running then is cancelled and
             fails with :class:`~fastrag.errors.RetrievalTimeoutError`. ``None`` (default): no limit.
         on_branch_error: what a failing branch (an ``Exception``, a timeout included) does to the call.
@@ -122,7 +153,7 @@ class HybridRetriever(ReturnsResult):
         retrievers: Sequence[Retriever] | Mapping[str, Retriever],
         *,
         fusion: RankFusion | None = None,
-        candidate_k: int = 200,
+        candidate_k: int | None = None,
         branch_timeout: float | None = None,
         on_branch_error: BranchErrorPolicy = "raise",
         limits: RetrievalLimits = DEFAULT_LIMITS,
@@ -141,6 +172,8 @@ class HybridRetriever(ReturnsResult):
                 raise InvalidParameterError(f"branch {key!r} has no retrieve() method: {retriever!r}")
         if not isinstance(limits, RetrievalLimits):
             raise InvalidParameterError(f"limits must be a RetrievalLimits, got {limits!r}")
+        if candidate_k is None:
+            candidate_k = default_candidate_k(branches)
         check_positive_int(candidate_k, "candidate_k")
         if branch_timeout is not None and (
             isinstance(branch_timeout, bool)
