@@ -13,6 +13,8 @@ from fastrag.models import BRANCHES, RANK, SCORE, Document, plain_value
 
 def finite_score(value: Any) -> float | None:
     """``value`` as a float when it is a finite real number (bools excluded), else ``None``."""
+    if type(value) is float:  # the common case, without the abstract-class check
+        return value if math.isfinite(value) else None
     if isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
