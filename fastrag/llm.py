@@ -48,12 +48,10 @@ Behaviour:
 
 from __future__ import annotations
 
-import email.utils
 import json
 import math
 import os
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
@@ -73,7 +71,7 @@ from fastrag.errors import (
     RetrievalTimeoutError,
     TransientBackendError,
 )
-from fastrag.retry import RetryPolicy
+from fastrag.retry import RetryPolicy, retry_after_seconds
 
 __all__ = [
     "API_KEY_ENV",
@@ -532,7 +530,7 @@ def _status_error(status: int, headers: httpx.Headers, content: bytes, where: st
     message = f"HTTP {status}: {_server_message(content)}"
     if status in _AUTH_STATUSES:
         return AuthenticationError(f"the API key was refused ({message})", store=where)
-    retry_after = _retry_after(headers)
+    retry_after = retry_after_seconds(headers)
     if status == 429:
         return RateLimitError(f"rate limited ({message})", store=where, retry_after=retry_after)
     if status in _UNAVAILABLE_STATUSES:
@@ -567,20 +565,3 @@ def _snippet(text: str | bytes, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds from ``Retry-After`` (delta-seconds or an HTTP date) or ``retry-after-ms``; ``None`` if absent."""
-    try:
-        raw_ms = headers.get("retry-after-ms")
-        if raw_ms is not None:
-            value = float(raw_ms) / 1000.0
-            return value if math.isfinite(value) and value >= 0 else None
-        raw = headers.get("retry-after")
-        if raw is None:
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            value = max(0.0, email.utils.parsedate_to_datetime(raw).timestamp() - time.time())
-        return value if math.isfinite(value) and value >= 0 else None
-    except (TypeError, ValueError, OverflowError):
-        return None

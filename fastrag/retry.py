@@ -34,10 +34,12 @@ cancelling a call cancels its wait too.
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -46,7 +48,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from fastrag.errors import InvalidParameterError, TransientBackendError
 
-__all__ = ["IDEMPOTENT_READS", "RetryPolicy", "RetryingStore"]
+__all__ = ["IDEMPOTENT_READS", "RetryPolicy", "RetryingStore", "retry_after_seconds"]
 
 logger = logging.getLogger("fastrag.retry")
 
@@ -205,3 +207,29 @@ class RetryingStore:
 
     def __repr__(self) -> str:
         return f"RetryingStore({self.store!r}, policy={self.policy!r})"
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """The wait an HTTP response asks for, in seconds, from its headers; ``None`` when it asks for none.
+
+    Reads ``retry-after-ms`` (milliseconds, sent by some model APIs), else ``Retry-After`` as delta-seconds
+    or an HTTP date (RFC 9110, section 10.2.3; a date in the past is 0). Header names are matched
+    case-insensitively; a malformed, negative or non-finite value counts as absent.
+    """
+    if not headers:
+        return None
+    lower = {str(k).lower(): str(v) for k, v in headers.items()}
+    try:
+        if "retry-after-ms" in lower:
+            value = float(lower["retry-after-ms"]) / 1000.0
+            return value if math.isfinite(value) and value >= 0 else None
+        raw = lower.get("retry-after")
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = max(0.0, email.utils.parsedate_to_datetime(raw).timestamp() - time.time())
+        return value if math.isfinite(value) and value >= 0 else None
+    except (TypeError, ValueError, OverflowError):
+        return None

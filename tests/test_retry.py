@@ -239,3 +239,19 @@ async def test_sqlite_busy_is_transient_and_a_retried_upsert_succeeds(tmp_path) 
             other.close()
         assert await store.count() == 2
         assert [d.id for d in await store.search_text("second", k=2)] == ["b"]
+
+
+def test_retry_after_seconds_reads_every_form_the_model_apis_send() -> None:
+    import email.utils
+    import time
+
+    from fastrag.retry import retry_after_seconds
+
+    assert retry_after_seconds({"Retry-After": "2"}) == 2.0
+    assert retry_after_seconds({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5  # the finer one wins
+    soon = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= retry_after_seconds({"RETRY-AFTER": soon}) <= 31
+    assert retry_after_seconds({"retry-after": email.utils.formatdate(0, usegmt=True)}) == 0.0  # in the past
+    for absent in (None, {}, {"retry-after": "soon"}, {"retry-after": "-1"}, {"retry-after": "nan"},
+                   {"retry-after-ms": "inf"}):
+        assert retry_after_seconds(absent) is None

@@ -26,10 +26,8 @@ Behaviour:
 
 from __future__ import annotations
 
-import email.utils
 import math
 import os
-import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -49,7 +47,7 @@ from fastrag.errors import (
 )
 from fastrag.models import Document
 from fastrag.rerankers._ranking import check_rerank_args, ranked_by_scores, text_of
-from fastrag.retry import RetryPolicy
+from fastrag.retry import RetryPolicy, retry_after_seconds
 
 __all__ = ["API_KEY_ENV", "COHERE_MAX_DOCUMENTS", "CohereReranker"]
 
@@ -285,7 +283,7 @@ def _api_error(exc: Any, where: str) -> BackendError:
     message = f"HTTP {status}: {_body_message(getattr(exc, 'body', None))}"
     if status in _AUTH_STATUSES:
         return AuthenticationError(f"the API key was refused ({message})", store=where)
-    retry_after = _retry_after(getattr(exc, "headers", None))
+    retry_after = retry_after_seconds(getattr(exc, "headers", None))
     if status == 429:
         return RateLimitError(f"rate limited ({message})", store=where, retry_after=retry_after)
     if status in _TRANSIENT_STATUSES:
@@ -300,25 +298,3 @@ def _body_message(body: Any) -> str:
         return body.message
     text = str(body)
     return text if len(text) <= 300 else text[:300] + "..."
-
-
-def _retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds from ``Retry-After`` (delta-seconds or an HTTP date) or ``retry-after-ms``; ``None`` if absent."""
-    if not headers:
-        return None
-    lower = {str(k).lower(): str(v) for k, v in headers.items()}
-    try:
-        if "retry-after-ms" in lower:
-            value = float(lower["retry-after-ms"]) / 1000.0
-            return value if math.isfinite(value) and value >= 0 else None
-        raw = lower.get("retry-after")
-        if raw is None:
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            when = email.utils.parsedate_to_datetime(raw)
-            value = max(0.0, when.timestamp() - time.time())
-        return value if math.isfinite(value) and value >= 0 else None
-    except (TypeError, ValueError, OverflowError):
-        return None
