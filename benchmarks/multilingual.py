@@ -12,10 +12,11 @@ Configurations, all BM25 in the SQLite store:
   language, and each question in its detected language (``BM25Retriever(detector=...)``).
 * ``language-aware``: the same wrapped in ``LanguageAwareRetriever(candidate_k=40,
   other_language_weight=0.8)``: one translation per paragraph, the asker's when it was retrieved. The
-  question's language is decided by ``LanguageAwareRetriever.decide_language`` from Lingua's confidences on
-  the question without the words its candidate translations share, and the first-stage ranking when Lingua
-  is unsure (how often that is right is the last row; Lingua's own label on the whole question is the row
-  above it).
+  question's language is decided by ``LanguageAwareRetriever.decide_language``: by the candidate
+  translation that holds at least two more of the question's distinctive words than any other language's,
+  else by Lingua's confidences on the question without the words its candidate translations share, and by
+  the first-stage ranking when Lingua is unsure (how often that is right is the last row; Lingua's own
+  label on the whole question is the row above it; the rule that decided, per language, the rows below).
 * ``language-aware, language given``: the same, told the question's language (``retrieve(...,
   language=lang)``, as an application that knows the user's locale would), so detection errors are gone.
 * ``monolingual reference``: each language's 240 paragraphs alone, per-language analysis (what a
@@ -33,19 +34,29 @@ Columns:
   returned in the question's language (issue #4's acceptance: 100%).
 
 Each question the language-aware configuration gets wrong that way is printed below the table with the
-decision (Lingua's confidences, the neutral words, the first-stage positions of each language's best
-translation).
+decision (Lingua's confidences, the neutral words, each language's matched words and the first-stage
+positions of each language's best translation).
 * ms / query: mean wall-clock time of one ``retrieve(question, k=10)``, one question at a time.
 
-Run from the repository root (two to three minutes on 2 cores; needs the ``language`` extra)::
+``--sensitivity`` instead counts, for the language-aware configuration, the questions whose own-language
+version was a candidate but not returned as the decision's constants vary (``trust_confidence`` x
+``plausible_confidence``; ``min_matched_words`` x ``plausible_confidence``), with other first stages
+(``candidate_k`` 20 and 100; English analysis of everything, as without ``metadata["language"]``), and
+on two halves of the questions split by question id (the same id is the same question in every language),
+to tell how much the defaults were fitted to these 5,950 questions.
 
-    python benchmarks/multilingual.py            # print the table
-    python benchmarks/multilingual.py --write    # and update the table in docs/multilingual.md
+Run from the repository root (two to three minutes on 2 cores, ``--sensitivity`` about ten; needs the
+``language`` extra)::
+
+    python benchmarks/multilingual.py                  # print the table
+    python benchmarks/multilingual.py --write          # and update the table in docs/multilingual.md
+    python benchmarks/multilingual.py --sensitivity    # the sensitivity tables of docs/multilingual.md
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import time
@@ -59,6 +70,7 @@ from fastrag.language import LinguaLanguageDetector
 from fastrag.models import Document
 from fastrag.retrieval import BM25Retriever
 from fastrag.retrieval.language import QUERY_LANGUAGE, LanguageAwareRetriever, split_locale
+from fastrag.retrieval.language import MIN_MATCHED_WORDS, PLAUSIBLE_CONFIDENCE, TRUST_CONFIDENCE
 from fastrag.vector_store.sqlite import SQLiteVectorStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,12 +114,14 @@ class Row:
     ms_per_query: float
     failures: list[tuple[str, str, list[Document], list[Document]]]
     decided: float | None = None
+    decided_by: dict[str, int] | None = None
 
 
 async def measure(
     config: str, lang: str, data: Language, retrieve: Callable[[str, int], object], candidates: Callable[[str], object]
 ) -> Row:
     recall = own = dup = wrong = kept = eligible = decided = 0
+    decided_by: dict[str, int] = {}
     elapsed = 0.0
     failures = []
     for query_id, question in data.queries:
@@ -130,10 +144,13 @@ async def measure(
             if bad:
                 failures.append((query_id, question, list(top), list(pool)))
         decided += bool(top) and top[0].metadata.get(QUERY_LANGUAGE, {}).get("language") == lang
+        rule = bool(top) and top[0].metadata.get(QUERY_LANGUAGE, {}).get("decided_by")
+        if rule:
+            decided_by[rule] = decided_by.get(rule, 0) + 1
     n = len(data.queries)
     aware = bool(top) and QUERY_LANGUAGE in top[0].metadata
     return Row(config, lang, recall / n, own / n, dup / n, wrong / n, kept, eligible, 1000 * elapsed / n, failures,
-               decided / n if aware else None)  # fmt: skip
+               decided / n if aware else None, decided_by if aware else None)  # fmt: skip
 
 
 async def run() -> tuple[list[Row], dict[str, float], list[str]]:
@@ -181,11 +198,13 @@ async def explain(aware: LanguageAwareRetriever, lang: str, failure: tuple[str, 
     decision = await aware.decide_language(question, candidates=pool)
     confidences = ", ".join(f"{code} {value:.3f}" for code, value in decision.confidences.items() if value >= 0.0005)
     positions = ", ".join(f"{code} {pos}" for code, pos in decision.best_positions.items())
+    matched = ", ".join(f"{code} {n}" for code, n in decision.matched_words.items())
     own = [d.id for d in pool if d.id.startswith(f"{lang}:")]
     returned = [d.id for d in top if not d.id.startswith(f"{lang}:")
                 and any(o.split(":", 1)[1] == d.id.split(":", 1)[1] for o in own)]  # fmt: skip
     return (f"- {lang} `{query_id}` {question!r}: decided {decision.language} ({decision.decided_by}) on "
             f"{' '.join(decision.text.split())!r}; confidences {confidences}; neutral words {list(decision.neutral_words)}; "
+            f"matched words by language: {matched}; "
             f"best multi-translation position by language: {positions}; returned {returned} although "
             f"{[f'{lang}:' + r.split(':', 1)[1] for r in returned]} were candidates")  # fmt: skip
 
@@ -215,19 +234,117 @@ def table(rows: list[Row], accuracy: dict[str, float]) -> str:
     aware = {r.lang: r for r in rows if r.config.startswith("language-aware (")}
     out.append("| language-aware | question language decided | "
                + " | ".join(f"{aware[lang].decided:.2%}" for lang in LANGUAGES) + " |")  # fmt: skip
+    for rule in ("matched", "confident", "ranked", "likeliest"):
+        out.append(f"| language-aware | decided by {rule} | "
+                   + " | ".join(str((aware[lang].decided_by or {}).get(rule, 0)) for lang in LANGUAGES) + " |")  # fmt: skip
+    return "\n".join(out)
+
+
+class Fixed:
+    """A first stage that answers with results fetched beforehand (so each setting sees the same candidates)."""
+
+    name = "fixed"
+
+    def __init__(self) -> None:
+        self.results: list[Document] = []
+
+    async def retrieve(self, query: str, *, k: int = 10, filter: object = None) -> list[Document]:  # noqa: A002
+        return self.results[:k]
+
+
+async def misses(
+    pools: dict[tuple[str, str], tuple[str, list[Document]]], detector: LinguaLanguageDetector, candidate_k: int,
+    **settings: float,
+) -> list[tuple[str, str]]:
+    """The (language, query id) whose own-language version was among the pool but not returned."""
+    fixed = Fixed()
+    aware = LanguageAwareRetriever(retriever=fixed, detector=detector, candidate_k=candidate_k, **settings)  # type: ignore[arg-type]
+    out = []
+    for (lang, query_id), (question, pool) in pools.items():
+        fixed.results = pool[:candidate_k]
+        top = await aware.retrieve(question, k=10)
+        own = {split_locale(d.metadata["source_uri"])[1] for d in fixed.results if d.id.startswith(f"{lang}:")}
+        if any(not d.id.startswith(f"{lang}:") and split_locale(d.metadata["source_uri"])[1] in own for d in top):
+            out.append((lang, query_id))
+    return out
+
+
+async def sensitivity() -> str:
+    detector = LinguaLanguageDetector(list(LANGUAGES), preload=True)
+    data = {lang: load(lang) for lang in LANGUAGES}
+    stages: dict[str, dict[tuple[str, str], tuple[str, list[Document]]]] = {}
+    async with SQLiteVectorStore(":memory:") as english, SQLiteVectorStore(":memory:") as multi:
+        await english.upsert([d for lang in LANGUAGES for d in load(lang, with_language=False).docs])
+        await multi.upsert([d for lang in LANGUAGES for d in data[lang].docs])
+        for name, first in (("per-language", BM25Retriever(store=multi, detector=detector)),
+                            ("English analysis", BM25Retriever(store=english))):  # fmt: skip
+            pools = {}
+            for lang in LANGUAGES:
+                for query_id, question in data[lang].queries:
+                    found = await first.retrieve(question, k=100)
+                    if name == "English analysis":  # the documents' language, as the per-language store has it
+                        found = [d.with_metadata(language=d.id.split(":", 1)[0]) for d in found]
+                    pools[(lang, query_id)] = (question, found)
+            stages[name] = pools
+    pools = stages["per-language"]
+    off = {"min_matched_words": 10**6}
+    out = ["Own-language version a candidate but not returned, of 5,950 questions (candidate_k=40, per-language BM25).",
+           "", f"`trust_confidence` x `plausible_confidence` (`min_matched_words={MIN_MATCHED_WORDS}`):", ""]  # fmt: skip
+    plausibles = (0.05, 0.1, 0.2)
+    out += ["| `trust_confidence` \\ `plausible_confidence` | " + " | ".join(map(str, plausibles)) + " |",
+            "| --- |" + " --- |" * len(plausibles)]  # fmt: skip
+    for trust in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0):
+        cells = [str(len(await misses(pools, detector, 40, trust_confidence=trust, plausible_confidence=p))) for p in plausibles]
+        out.append(f"| {trust} | " + " | ".join(cells) + " |")
+    out += ["", f"`min_matched_words` x `plausible_confidence` (`trust_confidence={TRUST_CONFIDENCE}`):", "",
+            "| `min_matched_words` \\ `plausible_confidence` | " + " | ".join(map(str, plausibles)) + " |",
+            "| --- |" + " --- |" * len(plausibles)]  # fmt: skip
+    for words in (1, 2, 3, 4):
+        cells = [str(len(await misses(pools, detector, 40, min_matched_words=words, plausible_confidence=p))) for p in plausibles]
+        out.append(f"| {words} | " + " | ".join(cells) + " |")
+    out += ["", "Other first stages (defaults; without the matched-words rule; `min_matched_words` 1 and 3):", "",
+            "| first stage | candidate_k | defaults | without the rule | 1 | 3 |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for name, k in (("per-language", 20), ("per-language", 40), ("per-language", 100), ("English analysis", 40),
+                    ("English analysis", 100)):  # fmt: skip
+        cells = [len(await misses(stages[name], detector, k, **settings))
+                 for settings in ({}, off, {"min_matched_words": 1}, {"min_matched_words": 3})]  # fmt: skip
+        out.append(f"| {name} | {k} | " + " | ".join(map(str, cells)) + " |")
+    half = {key: int(hashlib.sha256(key[1].encode()).hexdigest(), 16) % 2 for key in pools}
+    grid = [{"min_matched_words": w, "trust_confidence": TRUST_CONFIDENCE, "plausible_confidence": p}
+            for w in (1, 2, 3) for p in plausibles]  # fmt: skip
+    out += ["", "Split halves (by question id): the settings with fewest misses on one half, measured on the other:", ""]
+    for tune in (0, 1):
+        tuned = {key: value for key, value in pools.items() if half[key] == tune}
+        held = {key: value for key, value in pools.items() if half[key] != tune}
+        counts = [len(await misses(tuned, detector, 40, **settings)) for settings in grid]
+        best = [settings for settings, n in zip(grid, counts, strict=True) if n == min(counts)]
+        held_counts = [len(await misses(held, detector, 40, **settings)) for settings in best]
+        default = {"min_matched_words": MIN_MATCHED_WORDS, "trust_confidence": TRUST_CONFIDENCE,
+                   "plausible_confidence": PLAUSIBLE_CONFIDENCE}  # fmt: skip
+        out.append(f"- tuned on half {tune} ({len(tuned)} questions): {len(best)} of {len(grid)} settings tie at "
+                   f"{min(counts)} misses (the defaults {'among them' if default in best else 'not among them'}); on "
+                   f"the other half ({len(held)}) they miss {min(held_counts)} to {max(held_counts)}, the defaults "
+                   f"{len(await misses(held, detector, 40))}, without the rule {len(await misses(held, detector, 40, **off))}")  # fmt: skip
     return "\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", action="store_true", help=f"update the table in {DOC.relative_to(ROOT)}")
+    parser.add_argument("--sensitivity", action="store_true", help="print the sensitivity tables instead")
     args = parser.parse_args()
     start = time.perf_counter()
+    if args.sensitivity:
+        print(anyio.run(sensitivity))
+        print(f"\n({time.perf_counter() - start:.0f} s)")
+        return
     rows, accuracy, explained = anyio.run(run)
     result = table(rows, accuracy)
     if explained:
         result += "\n\nQuestions whose own-language version was a candidate but not returned (language-aware):\n\n"
         result += "\n".join(explained)
+    else:
+        result += "\n\nEvery question whose own-language version was a candidate got it (language-aware)."
     machine = f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()}"
     footer = (f"\n\nMeasured by `python benchmarks/multilingual.py --write` ({time.perf_counter() - start:.0f} s, "
               f"{machine}); 1,190 questions per language.")  # fmt: skip

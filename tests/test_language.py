@@ -17,6 +17,7 @@ from fastrag.models import Document
 from fastrag.protocols import LanguageDetector, SupportsLanguageConfidence
 from fastrag.retrieval import BM25Retriever
 from fastrag.retrieval.language import (
+    MIN_MATCHED_WORDS,
     PLAUSIBLE_CONFIDENCE,
     QUERY_LANGUAGE,
     TRUST_CONFIDENCE,
@@ -248,6 +249,9 @@ async def test_missing_scores_fall_back_to_positions() -> None:
         {"plausible_confidence": -0.1},
         {"plausible_confidence": float("nan")},
         {"trust_confidence": 0.5, "plausible_confidence": 0.6},
+        {"min_matched_words": 0},
+        {"min_matched_words": 1.5},
+        {"min_matched_words": True},
         {"detector": object()},
         {"retriever": object()},
     ],
@@ -415,6 +419,104 @@ def test_language_decision_is_frozen_and_its_defaults_are_documented_constants()
     retriever = LanguageAwareRetriever(retriever=Fixed([]), detector=WordDetector())
     assert (retriever.trust_confidence, retriever.plausible_confidence) == (TRUST_CONFIDENCE, PLAUSIBLE_CONFIDENCE)
     assert 0.0 < PLAUSIBLE_CONFIDENCE < TRUST_CONFIDENCE < 1.0
+    assert retriever.min_matched_words == MIN_MATCHED_WORDS == 2
+    assert decision.matched_words == {}
+    with pytest.raises(TypeError):
+        LanguageDecision("de", "matched", matched_words={"de": 2}).matched_words["de"] = 0  # type: ignore[index]
+
+
+# ------------------------------------------------------------------- the translations' text as evidence
+
+
+def son_pages(english: str = "Temujin and his wife had a first son; his name was Jochi") -> Fixed:
+    """One page in German (ranked first) and English, sharing the name words; and another German page."""
+    return Fixed([
+        ("de-gk", 10.0, page("/de/gk", "de", content="Temüdschin und Börte bekamen Jochi")),
+        ("en-gk", 9.0, page("/en/gk", "en", content=english)),
+        ("de-other", 5.0, page("/de/other", "de", content="Ein anderer Text")),
+    ])  # fmt: skip
+
+
+async def test_the_translation_holding_the_questions_words_decides_over_a_confident_detector() -> None:
+    question = "What was the name of Temujin's first son?"
+    misread = MarkerConfidences({"de": 0.9, "en": 0.1})  # confident, and wrong
+    retriever = LanguageAwareRetriever(retriever=son_pages(), detector=misread)
+    out = await retriever.retrieve(question, k=5)
+    assert [d.id for d in out] == ["en-gk", "de-other"]  # the English version of the page, not the German
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": "en", "decided_by": "matched"}
+    decision = await retriever.decide_language(question, candidates=son_pages().docs)
+    # only "jochi" is in both translations (German spells Temüdschin); of the question's other words the
+    # English translation holds was, name, temujin, first, son; the German none
+    assert decision.neutral_words == ()  # "jochi" is not in the question: the detector read it whole
+    assert decision.matched_words == {"en": 5, "de": 0}
+    # off: the confident detector decides
+    off = LanguageAwareRetriever(retriever=son_pages(), detector=misread, min_matched_words=100)
+    assert (await off.retrieve(question, k=5))[0].metadata[QUERY_LANGUAGE] == {"language": "de", "decided_by": "confident"}
+
+
+async def test_one_matched_word_is_not_enough_and_a_tie_decides_nothing() -> None:
+    question = "What was the name of Temujin's first son?"
+    misread = MarkerConfidences({"de": 0.9, "en": 0.1})
+    # the English translation holds only "son": a false friend is as likely, the detector decides
+    one = LanguageAwareRetriever(retriever=son_pages("Jochi, son"), detector=misread)
+    decision = await one.decide_language(question, candidates=son_pages("Jochi, son").docs)
+    assert decision.matched_words == {"en": 1, "de": 0}
+    assert decision.decided_by == "confident" and decision.language == "de"
+    out = await one.retrieve(question, k=5)
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": "de", "decided_by": "confident"}
+    # the German translation holds as many of the question's words as the English one: no decision by text
+    tied = Fixed([
+        ("de-gk", 10.0, page("/de/gk", "de", content="Temüdschin, what was")),
+        ("en-gk", 9.0, page("/en/gk", "en", content="Temujin, first")),
+    ])  # fmt: skip
+    decision = await LanguageAwareRetriever(retriever=tied, detector=misread).decide_language(
+        question, candidates=tied.docs
+    )
+    assert decision.matched_words == {"en": 2, "de": 2} and decision.decided_by == "confident"
+
+
+async def test_a_language_the_detector_rules_out_is_not_decided_by_the_text() -> None:
+    question = "What was the name of Temujin's first son?"
+    ruled_out = MarkerConfidences({"de": 1.0, "en": 0.0})
+    out = await LanguageAwareRetriever(retriever=son_pages(), detector=ruled_out).retrieve(question, k=5)
+    assert out[0].metadata[QUERY_LANGUAGE] == {"language": "de", "decided_by": "confident"}
+
+
+async def test_an_unsure_detector_follows_the_translation_with_the_questions_function_words() -> None:
+    # the English translation ranks first (the first stage analysed the question in English), but only the
+    # German one holds "wer ist der": German, not the ranking's English
+    question = "Wer ist der General Manager der Broncos?"
+    pages = Fixed([
+        ("en-sb", 10.0, page("/en/sb", "en", content="The general manager of the Broncos is John Elway")),
+        ("de-sb", 9.0, page("/de/sb", "de", content="Der General Manager der Broncos ist John Elway")),
+        ("en-other", 5.0, page("/en/other", "en", content="Something else")),
+    ])  # fmt: skip
+    unsure = MarkerConfidences({"de": 0.56, "en": 0.3, "es": 0.14})
+    retriever = LanguageAwareRetriever(retriever=pages, detector=unsure)
+    decision = await retriever.decide_language(question, candidates=pages.docs)
+    assert decision.neutral_words == ("general", "manager", "broncos")
+    assert decision.matched_words == {"de": 2, "en": 0}  # "ist", "der" ("wer" is in neither)
+    assert (decision.language, decision.decided_by) == ("de", "matched")
+    out = await retriever.retrieve(question, k=5)
+    assert [d.id for d in out] == ["de-sb", "en-other"]
+    # without the text evidence, the ranking decides: English
+    off = LanguageAwareRetriever(retriever=pages, detector=unsure, min_matched_words=100)
+    assert (await off.retrieve(question, k=5))[0].metadata[QUERY_LANGUAGE] == {"language": "en", "decided_by": "ranked"}
+
+
+async def test_chinese_questions_are_matched_by_character_bigrams() -> None:
+    question = "谁是球队的总经理?"
+    pages = Fixed([
+        ("en-sb", 10.0, page("/en/sb", "en", content="The general manager of the team")),
+        ("zh-sb", 9.0, page("/zh/sb", "zh", content="该球队的总经理是埃尔维")),
+    ])  # fmt: skip
+    unsure = MarkerConfidences({"en": 0.6, "zh": 0.4})
+    decision = await LanguageAwareRetriever(retriever=pages, detector=unsure).decide_language(
+        question, candidates=pages.docs
+    )
+    # bigrams of the question found in the Chinese text: 球队, 队的, 的总, 总经, 经理
+    assert decision.matched_words == {"zh": 5, "en": 0}
+    assert (decision.language, decision.decided_by) == ("zh", "matched")
 
 
 # ------------------------------------------------------------------------------------ multilingual BM25

@@ -2,8 +2,9 @@
 
 Return each page once, in the asker's language when that translation was retrieved, and prefer results in
 the asker's language over similar results in other languages, but not over much better ones. The asker's
-language is decided from the detector's confidence on the words of the question that tell languages apart,
-and, when the detector is unsure, from which translation the first stage ranked best
+language is decided from the candidate translations' own text when one of them clearly holds the question's
+words, else from the detector's confidence on the words of the question that tell languages apart, and,
+when the detector is unsure, from which translation the first stage ranked best
 (:meth:`LanguageAwareRetriever.decide_language`).
 """
 
@@ -20,7 +21,7 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 
-from fastrag.analysis import _CJK, primary_language
+from fastrag.analysis import _CJK, Analyzer, primary_language
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.language import ISO_639_1
@@ -33,6 +34,7 @@ from fastrag.retrieval.reranking import FIRST_STAGE
 from fastrag.retrieval.result import ReturnsResult, stage, timed
 
 __all__ = [
+    "MIN_MATCHED_WORDS",
     "PLAUSIBLE_CONFIDENCE",
     "QUERY_LANGUAGE",
     "TRUST_CONFIDENCE",
@@ -46,6 +48,10 @@ _LOCALE = re.compile(r"^([A-Za-z]{2})(?:[-_][A-Za-z0-9]{2,8})*$")
 # A word, for telling language-neutral words apart: a run of CJK characters (which have no spaces between
 # words), or a run of other letters and digits (the tokens of fastrag.analysis, before stemming).
 _WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+# Surface terms, for finding the question's words in a translation: lower-cased words, CJK character bigrams
+# (and, in documents, single characters), no stemming, no stopword removal: function words ("wer ist der",
+# "what was the") are the evidence.
+_SURFACE = Analyzer(None, stem=False, stopwords=False)
 
 QUERY_LANGUAGE = "query_language"
 """The metadata key stamped on every document :class:`LanguageAwareRetriever` returns: how the question's
@@ -57,9 +63,10 @@ TRUST_CONFIDENCE = 0.8
 Measured with Lingua on XQuAD's questions in five languages (``docs/multilingual.md``), read without the
 words their candidate translations share: 97.3% of the questions get a confidence of at least 0.8, and
 then the language is right 99.97% of the time (2 errors in 5,788); below 0.8 the likeliest language is
-right 95.7% of the time (155 of 162) and the ranking rule 98.1% (159). Thresholds of 0.7 and 0.8 leave 3
-of the 5,950 questions without their own-language version, 0.6 to 1.0 at most 5 (with Lingua's label
-alone: 45).
+right 95.7% of the time (155 of 162) and the ranking rule 98.1% (159). With the matched-words rule
+(:data:`MIN_MATCHED_WORDS`) before it, thresholds of 0.7 and 0.8 leave none of the 5,950 questions without
+their own-language version, 0.5 to 1.0 at most 3 (without that rule: 3 at 0.8; with Lingua's label alone:
+45).
 """
 
 PLAUSIBLE_CONFIDENCE = 0.1
@@ -67,7 +74,21 @@ PLAUSIBLE_CONFIDENCE = 0.1
 are the ones the retrieval evidence may choose between. With five languages, 0.1 is half the uniform 0.2: a
 language the detector all but rules out is not chosen because one of its translations ranked first."""
 
-DecidedBy = Literal["given", "confident", "ranked", "likeliest", "detected", "unknown"]
+MIN_MATCHED_WORDS = 2
+"""Default ``min_matched_words``: how many of the question's distinctive words (those its candidate
+translations do not share) one translation must contain, and more than any translation in another
+language the detector does not rule out, for the translations' text to decide the question's language
+(``"matched"``).
+
+Two, because one word is too often a false friend: German ``war`` and ``was`` are English words, Spanish
+``son`` is one, ``die`` is both German and English; two such coincidences in one translation, and none
+matched as often in the question's own language, are rare. Measured on XQuAD's 5,950 questions
+(``docs/multilingual.md``): with 2 the rule decides 1,764 questions and is right on every one; with 1 it
+decides 2,017 and is wrong on 4 (``Was war Huihui?``: ``war`` is in the English translation only); with
+3 it decides 1,404, all right, but leaves two of the questions it exists for to the detector.
+"""
+
+DecidedBy = Literal["given", "matched", "confident", "ranked", "likeliest", "detected", "unknown"]
 
 
 def split_locale(source_uri: str) -> tuple[str | None, str]:
@@ -105,11 +126,14 @@ class LanguageDecision:
 
     Attributes:
         language: the question's language (ISO 639-1, lower case), or ``None`` when nothing could tell.
-        decided_by: which rule decided it. ``"given"``: the caller passed ``language=``. ``"confident"``:
-            the detector's top confidence on ``text`` was at least ``trust_confidence``. ``"ranked"``: it
-            was not; of the plausible languages (confidence at least ``plausible_confidence``), the one
-            whose translation of a page the first stage ranked best, among pages with candidates in
-            several languages. ``"likeliest"``: as ``"ranked"``, but no plausible language had such a
+        decided_by: which rule decided it. ``"given"``: the caller passed ``language=``. ``"matched"``: of
+            the languages the detector does not rule out (confidence above 0), one's candidate on a page
+            with candidates in several languages contains at least ``min_matched_words`` of the question's
+            distinctive words, and more than any other such language's (see ``matched_words``).
+            ``"confident"``: no language did, and the detector's top confidence on ``text`` was at least
+            ``trust_confidence``. ``"ranked"``: neither; of the plausible languages (confidence at least
+            ``plausible_confidence``), the one whose translation of a page the first stage ranked best,
+            among pages with candidates in several languages. ``"likeliest"``: as ``"ranked"``, but no plausible language had such a
             translation, so the detector's likeliest language. ``"detected"``: the detector has no
             confidences (not a :class:`~fastrag.protocols.SupportsLanguageConfidence`): its answer for
             ``text``. ``"unknown"``: the detector could not tell (``language`` is ``None``).
@@ -122,6 +146,11 @@ class LanguageDecision:
             numbers, terms the translations share), which therefore cannot tell those languages apart.
         best_positions: for each language, the zero-based first-stage position of its best-ranked candidate
             on a page with candidates in several languages (the evidence ``"ranked"`` uses).
+        matched_words: for each language with a candidate on a page with candidates in several languages,
+            the most distinct words of the question, neutral words aside, that one such candidate of that
+            language contains (surface forms: case-folded, not stemmed, stopwords kept; CJK text as
+            character bigrams, a lone character as itself); the evidence ``"matched"`` uses. Empty for
+            ``"given"``.
     """
 
     language: str | None
@@ -130,11 +159,13 @@ class LanguageDecision:
     text: str = ""
     neutral_words: tuple[str, ...] = ()
     best_positions: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    matched_words: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "confidences", MappingProxyType(dict(self.confidences)))
         object.__setattr__(self, "neutral_words", tuple(self.neutral_words))
         object.__setattr__(self, "best_positions", MappingProxyType(dict(self.best_positions)))
+        object.__setattr__(self, "matched_words", MappingProxyType(dict(self.matched_words)))
 
     def stamp(self) -> dict[str, Any]:
         """The :data:`QUERY_LANGUAGE` metadata value: ``{"language": ..., "decided_by": ...}``."""
@@ -151,9 +182,11 @@ class LanguageAwareRetriever(ReturnsResult):
        ``detector.detect(content)``, else the language of its ``source_uri``'s locale segment, else unknown.
     3. The question's language is ``language=`` when given, else decided by :meth:`decide_language`:
        the detector reads the question without its language-neutral words (words that translations of one
-       candidate page in two or more languages share: names, numbers), and its likeliest language is
-       taken when its confidence is at least ``trust_confidence``; otherwise, of the languages with at
-       least ``plausible_confidence``, the one whose translation of a page the first stage ranked best.
+       candidate page in two or more languages share: names, numbers); of the languages it does not rule
+       out, the one whose candidate translation contains at least ``min_matched_words`` of the question's
+       other words, and more than any other's, is taken; else the detector's likeliest language when its
+       confidence is at least ``trust_confidence``; else, of the languages with at least
+       ``plausible_confidence``, the one whose translation of a page the first stage ranked best.
     4. Scores are normalised to [0, 1] within the candidate list: divided by the best score when no score
        is negative (BM25, RRF, min-max fusion; so comparisons are ratios of the retriever's scores), else
        min-max (``(s - min) / (max - min)``: cosine or z-scores below 0). A candidate without a finite score
@@ -194,13 +227,18 @@ class LanguageAwareRetriever(ReturnsResult):
         plausible_confidence: in [0, ``trust_confidence``]; below ``trust_confidence``, only languages
             with at least this confidence may be chosen by the ranking (default
             :data:`PLAUSIBLE_CONFIDENCE`, 0.1).
+        min_matched_words: a positive int; how many of the question's distinctive words one candidate
+            translation must contain (and more than any translation in another language with a confidence
+            above 0) to decide the question's language over the detector (default
+            :data:`MIN_MATCHED_WORDS`, 2). A value above the number of words in any question (say
+            ``limits.max_query_chars``) turns the rule off.
         limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`).
 
     Raises:
         InvalidParameterError: ``retriever`` lacks ``retrieve``, ``detector`` lacks ``detect``,
-            ``candidate_k`` is not a positive int within ``limits.max_k``, ``other_language_weight``,
-            ``trust_confidence`` or ``plausible_confidence`` is not a number in [0, 1], or
-            ``plausible_confidence`` exceeds ``trust_confidence``.
+            ``candidate_k`` is not a positive int within ``limits.max_k``, ``min_matched_words`` is not a
+            positive int, ``other_language_weight``, ``trust_confidence`` or ``plausible_confidence`` is
+            not a number in [0, 1], or ``plausible_confidence`` exceeds ``trust_confidence``.
     """
 
     name = "language_aware"
@@ -214,6 +252,7 @@ class LanguageAwareRetriever(ReturnsResult):
         other_language_weight: float = 0.8,
         trust_confidence: float = TRUST_CONFIDENCE,
         plausible_confidence: float = PLAUSIBLE_CONFIDENCE,
+        min_matched_words: int = MIN_MATCHED_WORDS,
         limits: RetrievalLimits = DEFAULT_LIMITS,
     ) -> None:
         if not isinstance(limits, RetrievalLimits):
@@ -223,6 +262,7 @@ class LanguageAwareRetriever(ReturnsResult):
         if not isinstance(detector, LanguageDetector):
             raise InvalidParameterError(f"detector has no detect() method: {detector!r}")
         check_positive_int(candidate_k, "candidate_k", maximum=limits.max_k)
+        check_positive_int(min_matched_words, "min_matched_words")
         for name, value in (
             ("other_language_weight", other_language_weight),
             ("trust_confidence", trust_confidence),
@@ -241,6 +281,7 @@ class LanguageAwareRetriever(ReturnsResult):
         self.other_language_weight = float(other_language_weight)
         self.trust_confidence = float(trust_confidence)
         self.plausible_confidence = float(plausible_confidence)
+        self.min_matched_words = min_matched_words
         self.limits = limits
 
     async def retrieve(
@@ -313,13 +354,27 @@ class LanguageAwareRetriever(ReturnsResult):
            so ``"Что такое Engineering News-Record?"`` reads as English). The detector reads the question
            with those words blanked out; when none are found, or nothing else is left, the question itself.
         3. A detector without confidences: its answer (``"detected"``).
-        4. Else its confidences: the likeliest language when its confidence is at least
-           ``trust_confidence`` (``"confident"``); ``None`` when all are 0 (``"unknown"``).
-        5. Else the retrieval evidence: among the languages with at least ``plausible_confidence``, the
+        4. Else its confidences; ``None`` when all are 0 (``"unknown"``).
+        5. The translations' text: the question's distinctive words are its surface terms (case-folded
+           words, CJK character bigrams; not stemmed, stopwords kept) that are not neutral. For each
+           language the detector does not rule out (confidence above 0: a Latin-script question is not
+           Russian), the most of those words that one of its candidates on a page with candidates in
+           several languages contains. When one language's count is at least ``min_matched_words`` and
+           above every other such language's, that language (``"matched"``), whatever the detector's
+           confidence. Why: on a page retrieved in several languages, the question's own translation holds
+           the question's wording, function words included (``"wer ist der"`` is in the German paragraph,
+           not in the English one), while the detector reads a few words of a short question out of
+           context (a name's spelling, ``Temüjin``, can make English read as German) and the ranking of
+           step 7 leans to the language the first stage analysed the question in. Neutral words are left
+           out because every translation holds them; one word is not enough because false friends are
+           common (:data:`MIN_MATCHED_WORDS`). Ties in the count leave the decision to the next steps.
+        6. Else the likeliest language when its confidence is at least ``trust_confidence``
+           (``"confident"``).
+        7. Else the retrieval evidence: among the languages with at least ``plausible_confidence``, the
            one whose candidate on a page with candidates in several languages comes first in
            ``candidates`` (``"ranked"``): a question shares more words with its own translation than with
-           the others, so that translation usually ranks above them. When no plausible language has
-           such a candidate: the likeliest (``"likeliest"``).
+           the others, so that translation usually ranks above them. When no plausible language has such
+           a candidate: the likeliest (``"likeliest"``).
 
         Deterministic: ties between equal confidences go to the language the detector listed first.
 
@@ -353,24 +408,31 @@ class LanguageAwareRetriever(ReturnsResult):
         if language is not None:
             return LanguageDecision(primary_language(language), "given")
         detector = self.detector
-        trust, plausible = self.trust_confidence, self.plausible_confidence
+        trust, plausible, min_matched = self.trust_confidence, self.plausible_confidence, self.min_matched_words
 
         def decide() -> LanguageDecision:
-            neutral, best_positions = _translation_evidence(candidates, languages)
+            neutral, best_positions, translations = _translation_evidence(candidates, languages)
             text, removed = _without(query, neutral)
+            matched = _matched_words(query, neutral, translations, [d.content for d in candidates])
             if not isinstance(detector, SupportsLanguageConfidence):
                 found = primary_language(detector.detect(text))
                 return LanguageDecision(
                     found, "detected" if found else "unknown", text=text, neutral_words=removed,
-                    best_positions=best_positions,
+                    best_positions=best_positions, matched_words=matched,
                 )  # fmt: skip
             confidences = _confidences(detector.confidences(text))
             evidence: dict[str, Any] = {
                 "confidences": confidences, "text": text, "neutral_words": removed, "best_positions": best_positions,
+                "matched_words": matched,
             }  # fmt: skip
             likeliest = next(iter(confidences), None)
             if likeliest is None or confidences[likeliest] <= 0.0:
                 return LanguageDecision(None, "unknown", **evidence)
+            counts = sorted(
+                ((n, lang) for lang, n in matched.items() if confidences.get(lang, 0.0) > 0.0), reverse=True
+            )
+            if counts and counts[0][0] >= min_matched and (len(counts) == 1 or counts[0][0] > counts[1][0]):
+                return LanguageDecision(counts[0][1], "matched", **evidence)
             if confidences[likeliest] >= trust:
                 return LanguageDecision(likeliest, "confident", **evidence)
             ranked = [lang for lang, c in confidences.items() if c >= plausible and lang in best_positions]
@@ -427,7 +489,8 @@ class LanguageAwareRetriever(ReturnsResult):
         return (
             f"LanguageAwareRetriever(retriever={self.retriever!r}, detector={self.detector!r}, "
             f"candidate_k={self.candidate_k!r}, other_language_weight={self.other_language_weight!r}, "
-            f"trust_confidence={self.trust_confidence!r}, plausible_confidence={self.plausible_confidence!r})"
+            f"trust_confidence={self.trust_confidence!r}, plausible_confidence={self.plausible_confidence!r}, "
+            f"min_matched_words={self.min_matched_words!r})"
         )
 
 
@@ -473,11 +536,13 @@ def _words(text: str) -> list[str]:
 
 def _translation_evidence(
     candidates: list[Document], languages: list[str | None]
-) -> tuple[frozenset[str], dict[str, int]]:
-    """``(neutral words, {language: best position})`` over the pages with candidates in several languages.
+) -> tuple[frozenset[str], dict[str, int], list[tuple[str, int]]]:
+    """``(neutral words, {language: best position}, [(language, candidate position)])`` over the pages with
+    candidates in several languages.
 
     A word is neutral when the candidates of one page in two or more languages contain it. A language's
-    best position is the first-stage position of its first candidate on such a page.
+    best position is the first-stage position of its first candidate on such a page. The list holds every
+    candidate on such a page, with its language.
     """
     by_page: dict[str, dict[str, list[int]]] = {}
     for i, (doc, lang) in enumerate(zip(candidates, languages, strict=True)):
@@ -485,16 +550,30 @@ def _translation_evidence(
             by_page.setdefault(_page_key(doc), {}).setdefault(lang, []).append(i)
     neutral: set[str] = set()
     best: dict[str, int] = {}
+    members: list[tuple[str, int]] = []
     for translations in by_page.values():
         if len(translations) < 2:
             continue
         seen: dict[str, int] = {}
         for lang, positions in translations.items():
             best[lang] = min(best.get(lang, positions[0]), positions[0])
+            members.extend((lang, i) for i in positions)
             for word in set().union(*(_words(candidates[i].content) for i in positions)):
                 seen[word] = seen.get(word, 0) + 1
         neutral.update(word for word, count in seen.items() if count >= 2)
-    return frozenset(neutral), dict(sorted(best.items(), key=lambda item: item[1]))
+    return frozenset(neutral), dict(sorted(best.items(), key=lambda item: item[1])), members
+
+
+def _matched_words(
+    query: str, neutral: frozenset[str], members: list[tuple[str, int]], contents: list[str]
+) -> dict[str, int]:
+    """``{language: most distinct non-neutral surface terms of query that one of its candidates holds}``."""
+    terms = {t for t in _SURFACE.analyze(query, for_query=True) if t not in neutral}
+    matched: dict[str, int] = {}
+    for lang, i in members:
+        n = len(terms & set(_SURFACE.analyze(contents[i]))) if terms else 0
+        matched[lang] = max(matched.get(lang, 0), n)
+    return dict(sorted(matched.items(), key=lambda item: -item[1]))
 
 
 def _without(query: str, neutral: frozenset[str]) -> tuple[str, tuple[str, ...]]:
