@@ -45,8 +45,8 @@ LEXICAL_WEIGHT_BY_EMBEDDER: Mapping[str, float] = MappingProxyType(
 Evidence (``benchmarks/fusion_defaults.py``, tables in ``docs/quality.md``): with the shipped static
 models the dense branch is far weaker than BM25 (SciFact nDCG@10 0.396 against 0.688), so equal weights
 lose 6 points; BM25 0.9 / dense 0.1 on min-max scores is at least as good as BM25 alone on SciFact
-(0.694) and XQuAD-en (0.967 against 0.965). Other embedders get equal weights, the best convex
-combination for BM25 + all-MiniLM-L6-v2 on SciFact (0.728, ``../shared/README.md``)."""
+(0.694) and XQuAD-en (0.967 against 0.965). Other embedders get :data:`DENSE_MODEL_LEXICAL_WEIGHT` with
+z-score normalisation."""
 
 DENSE_MODEL_LEXICAL_WEIGHT = 0.55
 """BM25's share of the default z-score fusion when the dense branch uses any other embedder.
