@@ -1,8 +1,10 @@
-"""The benchmark scripts still run: quality.py and speed.py on a tiny slice (``--smoke``), tables well formed.
+"""The benchmark scripts still run: quality.py, speed.py and speed_backends.py on a tiny slice (``--smoke``),
+tables well formed.
 
 No timing is asserted (timing belongs in the benchmarks themselves); this only keeps the scripts from
 rotting. The slice: 200 SciFact documents (plus those judged for the queries), 20 queries, the shipped
-static model, the SQLite store, no peers; a synthetic corpus of 2,000 chunks.
+static model, the SQLite store, no peers; a synthetic corpus of 2,000 chunks; for speed_backends.py, Qdrant
+local mode only (10 queries, a few seconds).
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ DATASETS = ROOT.parent / "shared" / "datasets"
 pytestmark = pytest.mark.skipif(not (DATASETS / "scifact").is_dir(), reason="needs ../shared/datasets/scifact")
 
 
-def _run(script: str, out: Path) -> str:
+def _run(script: str, out: Path, *extra: str) -> str:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", "--out", str(out), *extra],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -75,3 +77,24 @@ def test_speed_smoke(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "speed.json").read_text())
     assert {d["corpus"] for d in data} == {"scifact", "synthetic"}
     assert all(d["peak_rss_mb"] > 0 and d["ingest_docs_per_s"] > 0 for d in data)
+
+
+def test_speed_backends_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("qdrant_client", reason='needs qdrant-client: pip install "fastrag[qdrant]"')
+    text = _run("speed_backends.py", tmp_path / "speed-backends.md", "--backends", "qdrant")
+    rows = _table_rows(text, "| backend | store |")
+    assert [r[0] for r in rows] == ["qdrant"]
+    assert int(rows[0][2].replace(",", "")) >= 200  # the slice: 200 documents plus those judged for the queries
+    ratios = _table_rows(text, "| backend | BM25: fastrag / direct")
+    assert [r[0] for r in ratios] == ["qdrant"]
+    for cell in ratios[0][1:3]:  # BM25 and dense: fastrag / direct ms (overhead; share of same top 10, overlap)
+        assert "% same" in cell and "% overlap" in cell
+    assert ratios[0][3].endswith("x")  # hybrid / slowest branch
+    data = json.loads((tmp_path / "speed-backends.json").read_text())
+    assert [d["backend"] for d in data] == ["qdrant"]
+    d = data[0]
+    assert d["ingest_docs_per_s"] > 0 and d["peak_rss_mb"] > 0
+    for name in ("bm25", "dense", "hybrid", "native_hybrid"):
+        assert 0 < d[f"{name}_p50_ms"] <= d[f"{name}_p95_ms"]
+    # fastrag and the direct client rank the same documents (the slice has no ties that could reorder them all)
+    assert d["bm25_overlap"] > 0.9 and d["dense_overlap"] > 0.9

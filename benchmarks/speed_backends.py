@@ -1,0 +1,496 @@
+"""Speed of fastrag over each backend that runs on this machine without a server, against the backend's own
+client called directly for the same query, on BEIR SciFact (5,183 abstracts).
+
+Backends (``--backends``, default all):
+
+* ``sqlite``: :class:`SQLiteVectorStore` on a file (the embedded default; the same numbers as the SciFact
+  row of ``speed.py``, measured here the same way as the others); direct: ``speed.DirectSQLite`` (the
+  store's SQL on a second ``sqlite3`` connection and the same numpy scoring);
+* ``qdrant``: :class:`QdrantVectorStore` in qdrant-client's local mode on disk (what
+  ``qdrant+path:///DIR?bm25=true`` opens), BM25 on; direct: the same ``QdrantClient`` (a local folder takes
+  one client), ``query_points`` with the same query, ``using``, ``limit=10`` and payload fields;
+* ``milvus-lite``: :class:`MilvusVectorStore` from ``milvus-lite:///DIR/bench.db`` (BM25 on); direct: a
+  ``pymilvus.MilvusClient`` on the same file, ``search`` with the same field, metric, filter and output
+  fields, ``limit=10``;
+* ``chroma``: :class:`ChromaVectorStore` on an embedded ``PersistentClient`` (dense only; its hybrid pairs
+  it with a ``SQLiteVectorStore`` as the lexical store); direct: ``collection.query`` with
+  ``n_results=10`` and the same ``include``;
+* ``opensearch``: :class:`OpenSearchVectorStore` against ``osmem-server`` (an OpenSearch API emulator with
+  BM25 and no k-NN, started here on a free port); BM25 only; direct: ``AsyncOpenSearch.search`` with the
+  same body.
+
+Queries: SciFact's test questions with precomputed static-model vectors (embedding excluded), ``k=10``,
+one at a time. Measured per backend, each in a fresh subprocess:
+
+* documents/s of ``upsert`` in batches of 1,000 with vectors (milvus-lite: and the ``flush`` that makes
+  the rows searchable at index speed);
+* p50/p95 latency of ``retrieve(q, k=10)`` for BM25, dense and the shipped ``HybridRetriever``, and of the
+  backend's server-side hybrid where fastrag has one (``QdrantHybridRetriever``, ``MilvusHybridRetriever``:
+  RRF, one request);
+* **overhead**: fastrag's retriever against the direct call, interleaved query by query, best of
+  ``--repeat`` each; overhead = median over queries of the ratio − 1; and the share of queries whose
+  top 10 ids (in order) are the same;
+* **hybrid / slowest branch**: per query, the hybrid against the slower of its two branches run alone at
+  the same ``candidate_k``; ratio of medians (and against the sum of the branches).
+
+Run from the repository root::
+
+    python benchmarks/speed_backends.py                       # all backends, 100 queries
+    python benchmarks/speed_backends.py --backends qdrant,chroma --queries 30
+    python benchmarks/speed_backends.py --smoke --backends qdrant   # CI: 200 SciFact docs, 10 queries
+
+Writes ``benchmarks/results/speed-backends.md`` (``--out``) and ``speed-backends.json`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import speed  # noqa: E402
+from embeddings import STATIC, CachedEmbedder  # noqa: E402
+from speed import K, load_corpus, log, parallel_capacity, pct, rss_mb  # noqa: E402
+
+from fastrag.retrieval import BM25Retriever, HybridRetriever, VectorRetriever  # noqa: E402
+from fastrag.vector_store.sqlite import SQLiteVectorStore  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+BACKENDS = ("sqlite", "qdrant", "milvus-lite", "chroma", "opensearch")
+READ = ["id", "content", "metadata"]
+
+
+# ------------------------------------------------------------------ one backend: stores and its direct client
+
+
+class Setup:
+    """What the worker measures for one backend: the stores, the direct calls, an optional native hybrid."""
+
+    label: str
+    vector_store: Any = None  # None: no dense search (OpenSearch emulator)
+    lexical_store: Any = None
+    lexical_label: str = ""
+    native_hybrid: Any = None
+    extra_ingest: Any = None  # an async callable(docs) timed separately (Chroma's SQLite lexical store)
+
+    def direct_bm25(self, query: str) -> Any:  # -> list of ids, or an awaitable of one
+        raise NotImplementedError
+
+    def direct_dense(self, vector: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    async def after_ingest(self) -> None:
+        """Work the backend needs before searches run at index speed (timed with the ingest)."""
+
+
+@contextlib.asynccontextmanager
+async def open_sqlite(tmp: Path, embedder):
+    s = Setup()
+    s.label = "SQLite (file, WAL)"
+    async with SQLiteVectorStore(str(tmp / "bench.db"), embedding_model=STATIC) as store:
+        s.vector_store = s.lexical_store = store
+        s.lexical_label = "SQLite"
+        direct: list[Any] = []
+
+        async def after_ingest() -> None:
+            direct.append(speed.DirectSQLite(str(tmp / "bench.db"), store.analyzer))
+
+        s.after_ingest = after_ingest  # type: ignore[method-assign]
+        s.direct_bm25 = lambda q: [r[0] for r in direct[0].bm25(q, K)]  # type: ignore[method-assign]
+        s.direct_dense = lambda v: [r[0] for r in direct[0].vector(v, K)]  # type: ignore[method-assign]
+        try:
+            yield s
+        finally:
+            if direct:
+                direct[0].conn.close()
+
+
+@contextlib.asynccontextmanager
+async def open_qdrant(tmp: Path, embedder):
+    from qdrant_client import QdrantClient
+    from qdrant_client import models as m
+
+    from fastrag.vector_store.qdrant import BM25_B, BM25_K1, QdrantHybridRetriever, QdrantVectorStore
+
+    s = Setup()
+    s.label = "Qdrant local (path)"
+    # A local folder takes one client: the store and the direct calls share it (injected, so the store's
+    # calls go through the same code path as qdrant+path://, which builds QdrantClient(path=...) itself).
+    client = QdrantClient(path=str(tmp / "qdrant"))
+    try:
+        async with QdrantVectorStore(client=client, collection="bench", enable_bm25=True,
+                                     embedding_model=STATIC) as store:
+            s.vector_store = s.lexical_store = store
+            s.lexical_label = "Qdrant BM25"
+            s.native_hybrid = QdrantHybridRetriever(store=store, embedder=embedder)
+
+            def bm25(q: str) -> list[str]:
+                terms = sorted(set(store.analyzer.analyze(q)))  # the index holds fastrag-analysed terms
+                query = m.TextQuery(text=m.TextQueryInput(
+                    query=" ".join(terms), scoring=m.Bm25Scoring(bm25=m.Bm25Params(k=BM25_K1, b=BM25_B))))
+                found = client.query_points("bench", query=query, using="_bm25", limit=K, with_payload=READ)
+                return [p.payload["id"] for p in found.points]
+
+            def dense(v: np.ndarray) -> list[str]:
+                found = client.query_points("bench", query=v.tolist(), using="dense", limit=K, with_payload=READ)
+                return [p.payload["id"] for p in found.points]
+
+            s.direct_bm25, s.direct_dense = bm25, dense  # type: ignore[method-assign]
+            yield s
+    finally:
+        client.close()
+
+
+@contextlib.asynccontextmanager
+async def open_milvus(tmp: Path, embedder):
+    from pymilvus import MilvusClient
+
+    from fastrag.vector_store.milvus import MilvusHybridRetriever, MilvusVectorStore
+
+    s = Setup()
+    s.label = "milvus-lite (in-process)"
+    path = tmp / "bench.db"
+    async with MilvusVectorStore.from_url(f"milvus-lite:///{path}?collection=bench", embedding_model=STATIC) as store:
+        s.vector_store = s.lexical_store = store
+        s.lexical_label = "Milvus BM25"
+        s.native_hybrid = MilvusHybridRetriever(store, embedder)
+        s.after_ingest = store.flush  # type: ignore[method-assign]
+        client: list[Any] = []
+
+        def direct() -> Any:
+            if not client:
+                client.append(MilvusClient(uri=str(path)))
+            return client[0]
+
+        def bm25(q: str) -> list[str]:
+            found = direct().search("bench", data=[q], anns_field="sparse", limit=K, filter="",
+                                    output_fields=READ, search_params={"metric_type": "BM25"})
+            return [h["entity"]["id"] for h in found[0]]
+
+        def dense(v: np.ndarray) -> list[str]:
+            found = direct().search("bench", data=[v.tolist()], anns_field="embedding", limit=K,
+                                    filter="has_vector == true", output_fields=READ,
+                                    search_params={"metric_type": "COSINE"})
+            return [h["entity"]["id"] for h in found[0]]
+
+        s.direct_bm25, s.direct_dense = bm25, dense  # type: ignore[method-assign]
+        try:
+            yield s
+        finally:
+            if client:
+                client[0].close()
+
+
+@contextlib.asynccontextmanager
+async def open_chroma(tmp: Path, embedder):
+    import chromadb
+
+    from fastrag.vector_store.chroma import ChromaVectorStore
+
+    s = Setup()
+    s.label = "Chroma embedded (path)"
+    client = chromadb.PersistentClient(path=str(tmp / "chroma"))
+    async with (ChromaVectorStore(client=client, collection="bench", embedding_model=STATIC) as store,
+                SQLiteVectorStore(str(tmp / "lexical.db")) as lexical):
+        s.vector_store, s.lexical_store, s.lexical_label = store, lexical, "SQLite BM25"
+        collection: list[Any] = []
+
+        async def extra(docs) -> None:
+            for i in range(0, len(docs), 1000):
+                await lexical.upsert(docs[i : i + 1000])
+
+        s.extra_ingest = extra
+
+        def dense(v: np.ndarray) -> list[str]:
+            if not collection:
+                collection.append(client.get_collection("bench", embedding_function=None))
+            found = collection[0].query(query_embeddings=v[None, :], n_results=K,
+                                        include=["metadatas", "documents", "distances"])
+            return list(found["ids"][0])
+
+        s.direct_dense = dense  # type: ignore[method-assign]
+        s.direct_bm25 = None  # type: ignore[assignment]  # the lexical branch is SQLite's (see the sqlite row)
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def open_opensearch(tmp: Path, embedder):
+    from opensearchpy import AsyncOpenSearch
+
+    from fastrag.testing.opensearch_emulator import opensearch_emulator
+    from fastrag.vector_store.opensearch import OpenSearchVectorStore
+
+    s = Setup()
+    s.label = "OpenSearch API (osmem-server emulator)"
+    with opensearch_emulator() as url:
+        client = AsyncOpenSearch(hosts=[url], timeout=10)
+        try:
+            async with OpenSearchVectorStore(url=url, index="bench") as store:
+                s.lexical_store, s.lexical_label = store, "OpenSearch BM25"
+
+                async def bm25(q: str) -> list[str]:
+                    body = {"size": K, "query": {"bool": {"should": [{"match": {"content": q}}, {"match": {"title": q}}],
+                                                          "minimum_should_match": 1}},
+                            "sort": [{"_score": {"order": "desc"}}, {"id": {"order": "asc"}}], "track_scores": True,
+                            "_source": {"excludes": ["f_*", "embedding"]}}
+                    found = await client.search(index="bench", body=body)
+                    return [h["_source"]["id"] for h in found["hits"]["hits"]]
+
+                s.direct_bm25 = bm25  # type: ignore[method-assign]
+                s.direct_dense = None  # type: ignore[assignment]
+                yield s
+        finally:
+            await client.close()
+
+
+OPENERS = {"sqlite": open_sqlite, "qdrant": open_qdrant, "milvus-lite": open_milvus, "chroma": open_chroma,
+           "opensearch": open_opensearch}
+
+
+# ------------------------------------------------------------------ measurements
+
+
+async def timed(fn, *args) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn(*args)
+    if inspect.isawaitable(out):
+        out = await out
+    return time.perf_counter() - start, out
+
+
+async def worker(backend: str, args) -> dict:
+    log(f"{backend}:")
+    docs, vectors, qtable = load_corpus("scifact", args)
+    queries = list(qtable)[: args.queries]
+    embedder = CachedEmbedder(STATIC, qtable)
+    result: dict = {"backend": backend, "docs": len(docs), "queries": len(queries),
+                    "loadavg_start": list(os.getloadavg()), "rss_after_load_mb": rss_mb()}
+    with tempfile.TemporaryDirectory(prefix="fastrag-speed-") as tmp:
+        async with OPENERS[backend](Path(tmp), embedder) as s:
+            result["store"] = s.label
+            result["lexical"] = s.lexical_label
+            main_store = s.vector_store or s.lexical_store
+            start = time.perf_counter()
+            for i in range(0, len(docs), 1000):
+                await main_store.upsert(docs[i : i + 1000],
+                                        embeddings=vectors[i : i + 1000] if s.vector_store is not None else None)
+            await s.after_ingest()
+            result["ingest_s"] = time.perf_counter() - start
+            result["ingest_docs_per_s"] = len(docs) / result["ingest_s"]
+            if s.extra_ingest is not None:
+                start = time.perf_counter()
+                await s.extra_ingest(docs)
+                result["lexical_ingest_docs_per_s"] = len(docs) / (time.perf_counter() - start)
+            log(f"  {backend}: ingested {len(docs)} docs in {result['ingest_s']:.1f} s")
+            branches: dict[str, Any] = {}
+            if s.lexical_store is not None:
+                branches["bm25"] = BM25Retriever(store=s.lexical_store)
+            if s.vector_store is not None:
+                branches["dense"] = VectorRetriever(vector_store=s.vector_store, embedder=embedder)
+            hybrid = None
+            if len(branches) == 2:
+                hybrid = HybridRetriever([VectorRetriever(vector_store=s.vector_store, embedder=embedder),
+                                          BM25Retriever(store=s.lexical_store)])
+                result["hybrid_candidate_k"], result["hybrid_fusion"] = hybrid.candidate_k, repr(hybrid.fusion)
+            runs = dict(branches)
+            if hybrid is not None:
+                runs["hybrid"] = hybrid
+            if s.native_hybrid is not None:
+                runs["native_hybrid"] = s.native_hybrid
+                result["native_hybrid"] = type(s.native_hybrid).__name__
+            for r in runs.values():
+                await r.retrieve(queries[0], k=K)  # warm caches, load the collection
+            for name, r in runs.items():
+                lat = await speed.latency(r.retrieve, queries)
+                result[f"{name}_p50_ms"], result[f"{name}_p95_ms"] = pct(lat, 50), pct(lat, 95)
+            log(f"  {backend}: latency done")
+            if hybrid is not None:
+                cand = hybrid.candidate_k
+                capacity = [parallel_capacity()]
+                h, slow, both = [], [], []
+                for q in queries:
+                    t = await speed.latency(branches["bm25"].retrieve, [q], k=cand)
+                    t += await speed.latency(branches["dense"].retrieve, [q], k=cand)
+                    slow.append(max(t))
+                    both.append(sum(t))
+                    h += await speed.latency(hybrid.retrieve, [q])
+                result["hybrid_over_slowest_branch"] = statistics.median(h) / statistics.median(slow)
+                result["hybrid_over_branch_sum"] = statistics.median(h) / statistics.median(both)
+                capacity.append(parallel_capacity())
+                result["parallel_capacity"] = statistics.mean(capacity)
+                stages = [(await hybrid.retrieve_result(q, k=K)).timings for q in queries]
+                for stage in ("fusion", "bm25", "vector"):
+                    result[f"hybrid_{stage}_stage_p50_ms"] = pct([t[stage] * 1000 for t in stages], 50)
+            directs = {"bm25": s.direct_bm25, "dense": s.direct_dense}
+            for name, r in branches.items():
+                theirs = directs[name]
+                if theirs is None:
+                    continue
+                # a slow call (over 50 ms) is measured once: its noise is a smaller share than a fast one's
+                repeat = args.repeat if result[f"{name}_p50_ms"] < 50 else 1
+                f_t, d_t, paired, same, overlap = [], [], [], 0, 0.0
+                for q in queries:
+                    fq, dq = [], []
+                    for _ in range(repeat):
+                        t, got = await timed(r.retrieve, q)
+                        fq.append(t)
+                        t, ref = await timed(theirs, q if name == "bm25" else qtable[q])
+                        dq.append(t)
+                    f_t += fq
+                    d_t += dq
+                    paired.append(min(fq) / min(dq))
+                    ids = [d.id for d in got]
+                    same += ids == list(ref)
+                    overlap += len(set(ids) & set(ref)) / max(1, len(ref))
+                result[f"{name}_direct_p50_ms"] = statistics.median(d_t) * 1000
+                result[f"{name}_fastrag_p50_ms"] = statistics.median(f_t) * 1000
+                result[f"{name}_overhead"] = statistics.median(paired) - 1
+                result[f"{name}_same_results"] = same / len(queries)
+                result[f"{name}_overlap"] = overlap / len(queries)
+                result[f"{name}_repeat"] = repeat
+            log(f"  {backend}: ratios done")
+    result["loadavg_end"] = list(os.getloadavg())
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+# ------------------------------------------------------------------ report
+
+
+def _ms(r: dict, name: str) -> str:
+    if f"{name}_p50_ms" not in r:
+        return "–"
+    return f"{r[f'{name}_p50_ms']:.2f} / {r[f'{name}_p95_ms']:.2f}"
+
+
+def _over(r: dict, name: str) -> str:
+    if f"{name}_overhead" not in r:
+        return "–"
+    return (f"{r[f'{name}_fastrag_p50_ms']:.2f} / {r[f'{name}_direct_p50_ms']:.2f} ({r[f'{name}_overhead']:+.1%}; "
+            f"{r[f'{name}_same_results']:.0%} same, {r[f'{name}_overlap']:.0%} overlap)")
+
+
+def table(results: list[dict]) -> list[str]:
+    lines = ["| backend | store | docs | ingest docs/s | BM25 p50 / p95 ms | dense p50 / p95 ms | hybrid p50 / p95 ms | "
+             "native hybrid p50 / p95 ms | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        bm25 = _ms(r, "bm25") + (f" ({r['lexical']})" if r.get("lexical") and "SQLite" in r["lexical"]
+                                  and r["backend"] != "sqlite" else "")
+        ingest = f"{r['ingest_docs_per_s']:,.0f}"
+        if "lexical_ingest_docs_per_s" in r:
+            ingest += f" (+ SQLite BM25 {r['lexical_ingest_docs_per_s']:,.0f})"
+        native = _ms(r, "native_hybrid") + (f" ({r['native_hybrid']})" if "native_hybrid" in r else "")
+        lines.append(f"| {r['backend']} | {r['store']} | {r['docs']:,} | {ingest} | {bm25} | {_ms(r, 'dense')} | "
+                     f"{_ms(r, 'hybrid')} | {native} | {r['peak_rss_mb']:.0f} |")
+    lines += ["", "Ratios (same run; fastrag / direct p50 ms, overhead = median per-query ratio − 1, share of "
+              "queries with the same top 10 in order, mean overlap of the two top-10 sets):", "",
+              "| backend | BM25: fastrag / direct | dense: fastrag / direct | hybrid / slowest branch | "
+              "hybrid / sum of branches | in the hybrid: BM25 / dense / fusion p50 ms | two threads' CPU s per wall s | "
+              "overhead <= 5%? | hybrid <= 1.15x slowest? | load avg start → end |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        overs = [r[f"{n}_overhead"] for n in ("bm25", "dense") if f"{n}_overhead" in r]
+        hyb = r.get("hybrid_over_slowest_branch")
+        inside = (f"{r['hybrid_bm25_stage_p50_ms']:.2f} / {r['hybrid_vector_stage_p50_ms']:.2f} / "
+                  f"{r['hybrid_fusion_stage_p50_ms']:.2f}" if hyb is not None else "–")
+        slowest = f"{hyb:.2f}x" if hyb is not None else "–"
+        total = f"{r['hybrid_over_branch_sum']:.2f}x" if hyb is not None else "–"
+        capacity = f"{r['parallel_capacity']:.2f}" if hyb is not None else "–"
+        over_ok = ("yes" if max(overs) <= 0.05 else "NO") if overs else "–"
+        hyb_ok = ("yes" if hyb <= 1.15 else "NO") if hyb is not None else "–"
+        lines.append(
+            f"| {r['backend']} | {_over(r, 'bm25')} | {_over(r, 'dense')} | {slowest} | {total} | {inside} | "
+            f"{capacity} | {over_ok} | {hyb_ok} | {r['loadavg_start'][0]:.1f} → {r['loadavg_end'][0]:.1f} |")
+    return lines
+
+
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for pkg in ("qdrant-client", "pymilvus", "milvus-lite", "chromadb", "opensearch-py", "osmem-server"):
+        try:
+            out.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"comma-separated, from {', '.join(BACKENDS)} (default: all)")
+    parser.add_argument("--scifact-docs", type=int, default=None, help="a slice of SciFact (default: all)")
+    parser.add_argument("--queries", type=int, default=100, help="distinct queries (SciFact test, at most 300)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="repetitions per query for the overhead ratio (1 for calls over 50 ms)")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "speed-backends.md")
+    parser.add_argument("--smoke", action="store_true", help="CI: 200 SciFact docs, 10 queries, 1 repeat")
+    parser.add_argument("--blas-threads", type=int, default=1, help="as in speed.py")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.smoke:
+        args.scifact_docs, args.queries, args.repeat = args.scifact_docs or 200, 10, 1
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        parser.error(f"unknown backends {unknown}; choose from {', '.join(BACKENDS)}")
+    if args.worker:
+        print(json.dumps(anyio.run(worker, args.worker, args)))
+        return
+    started = time.perf_counter()
+    load_start = os.getloadavg()
+    results = []
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    if args.blas_threads:
+        env.update({v: str(args.blas_threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+    for backend in backends:
+        cmd = [sys.executable, __file__, *sys.argv[1:], "--worker", backend]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True, env=env)
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    elapsed = time.perf_counter() - started
+    load = os.getloadavg()
+    busy = max(load_start[0], load[0], *(r["loadavg_end"][0] for r in results)) >= 1.5
+    lines = [
+        "# Speed of fastrag per backend, against each backend's own client",
+        "",
+        f"Generated by `python benchmarks/speed_backends.py {' '.join(sys.argv[1:])}` in {elapsed:.0f} s: "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, {versions()}. Corpus: SciFact "
+        f"({results[0]['docs']:,} documents, static-model vectors), {results[0]['queries']} SciFact test questions with "
+        f"precomputed vectors, `k={K}`, one query at a time; hybrid = the shipped `HybridRetriever([VectorRetriever, "
+        f"BM25Retriever])` (`candidate_k={next((r['hybrid_candidate_k'] for r in results if 'hybrid_candidate_k' in r), '?')}`); "
+        f"BLAS threads: {args.blas_threads or 'library default'}. Overhead: fastrag's best of up to {args.repeat} "
+        f"against the direct call's best of as many, per query, median − 1. Load average (1, 5, 15 min) at the "
+        f"start: {load_start[0]:.1f}, {load_start[1]:.1f}, {load_start[2]:.1f}; at the end: "
+        f"{load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}."
+        + (" **The machine was busy** (load at or above 1.5 on 2 cores during the run: other engineers' work), so "
+           "latencies carry extra noise and hand-offs to worker threads wait for a core." if busy else ""),
+        "",
+        *table(results),
+        "",
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
