@@ -367,6 +367,35 @@ def _citation_number(digits: str) -> int | None:
     return int(digits) if len(digits) <= _MAX_CITATION_DIGITS else None
 
 
+def _check_engine_settings(
+    retriever: Any,
+    llm: Any,
+    *,
+    k: Any,
+    max_context_chars: Any,
+    system_prompt: Any,
+    temperature: Any,
+    max_tokens: Any,
+) -> None:
+    """Check the settings :class:`QueryEngine` and :class:`~fastrag.querying.SubQuestionEngine` share
+    (``llm`` may be ``None``: the caller decides whether it needs one).
+
+    Raises:
+        InvalidParameterError: a retriever without ``retrieve``, an llm without ``chat``, a ``k`` or
+            ``max_context_chars`` that is not a positive int, a ``system_prompt`` that is not a non-empty str,
+            or bad sampling arguments.
+    """
+    if not callable(getattr(retriever, "retrieve", None)):
+        raise InvalidParameterError(f"retriever has no retrieve() method: {retriever!r}")
+    if llm is not None and not callable(getattr(llm, "chat", None)):
+        raise InvalidParameterError(f"llm has no chat() method: {llm!r}")
+    _check_positive_int("k", k)
+    _check_positive_int("max_context_chars", max_context_chars)
+    if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
+        raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {_shown(system_prompt)}")
+    _check_sampling(temperature, max_tokens)
+
+
 class QueryEngine:
     """Retrieve, then answer with an LLM from the numbered sources, citing them.
 
@@ -399,15 +428,10 @@ class QueryEngine:
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> None:
-        if not callable(getattr(retriever, "retrieve", None)):
-            raise InvalidParameterError(f"retriever has no retrieve() method: {retriever!r}")
-        if not callable(getattr(llm, "chat", None)):
-            raise InvalidParameterError(f"llm has no chat() method: {llm!r}")
-        _check_positive_int("k", k)
-        _check_positive_int("max_context_chars", max_context_chars)
-        if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
-            raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {_shown(system_prompt)}")
-        _check_sampling(temperature, max_tokens)
+        if llm is None:
+            raise InvalidParameterError("llm has no chat() method: None")
+        _check_engine_settings(retriever, llm, k=k, max_context_chars=max_context_chars, system_prompt=system_prompt,
+                              temperature=temperature, max_tokens=max_tokens)
         self.retriever = retriever
         self.llm = llm
         self.k = k

@@ -59,9 +59,9 @@ from fastrag.querying.engine import (
     SUB_QUESTIONS,
     Answer,
     QueryEngine,
+    _check_engine_settings,
     _check_positive_int,
     _check_question,
-    _check_sampling,
     _shown,
     retrieve_with_status,
 )
@@ -409,18 +409,11 @@ class SubQuestionEngine:
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> None:
-        if not callable(getattr(retriever, "retrieve", None)):
-            raise InvalidParameterError(f"retriever has no retrieve() method: {retriever!r}")
-        if llm is not None and not callable(getattr(llm, "chat", None)):
-            raise InvalidParameterError(f"llm has no chat() method: {llm!r}")
-        _check_positive_int("k", k)
+        _check_engine_settings(retriever, llm, k=k, max_context_chars=max_context_chars, system_prompt=system_prompt,
+                              temperature=temperature, max_tokens=max_tokens)
         _check_positive_int("max_sub_questions", max_sub_questions)
-        _check_positive_int("max_context_chars", max_context_chars)
         if fallback not in ("error", "deterministic"):
             raise InvalidParameterError(f"fallback must be 'error' or 'deterministic', got {_shown(fallback)}")
-        if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
-            raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {_shown(system_prompt)}")
-        _check_sampling(temperature, max_tokens)
         self.retriever = retriever
         self.llm = llm
         self.k = k
