@@ -27,6 +27,7 @@ from fastrag.models import Document
 from fastrag.rerankers.cohere import CohereReranker
 from fastrag.retrieval.reranking import RerankingRetriever
 from fastrag.retry import RetryPolicy
+from fastrag.testing.fakes import RecordingSleep
 from fastrag.testing.http_server import Reply, ScriptedHTTPServer
 
 pytestmark = pytest.mark.anyio
@@ -63,15 +64,6 @@ def server() -> Iterator[ScriptedHTTPServer]:
     fake.close()
 
 
-class Sleeps:
-    """A RetryPolicy sleep that records the delays instead of waiting."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
-
 
 def docs(n: int) -> list[Document]:
     # doc numbers are shuffled so the best documents are spread over the batches
@@ -80,7 +72,7 @@ def docs(n: int) -> list[Document]:
 
 
 def reranker(server: ScriptedHTTPServer, **kwargs: Any) -> CohereReranker:
-    kwargs.setdefault("retry", RetryPolicy(max_attempts=3, jitter=False, sleep=Sleeps()))
+    kwargs.setdefault("retry", RetryPolicy(max_attempts=3, jitter=False, sleep=RecordingSleep()))
     return CohereReranker("rerank-v3.5", api_key=KEY, base_url=server.url, **kwargs)
 
 
@@ -113,7 +105,7 @@ async def test_title_is_sent_with_the_content(server: ScriptedHTTPServer) -> Non
 
 async def test_429_is_retried_after_retry_after_then_succeeds(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(429, {"message": "slow down"}, {"Retry-After": "2"}), rerank_ok]
-    sleeps = Sleeps()
+    sleeps = RecordingSleep()
     async with reranker(server, retry=RetryPolicy(max_attempts=3, initial_backoff=0.1, sleep=sleeps)) as r:
         out = await r.rerank("q", docs(4))
     assert len(server.requests) == 2
@@ -165,7 +157,7 @@ async def test_503_is_retried(server: ScriptedHTTPServer) -> None:
 
 async def test_timeout_raises_typed_timeout_error_after_retrying(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(200, rerank_ok(body).body, delay=5.0)]
-    async with reranker(server, timeout=0.2, retry=RetryPolicy(max_attempts=2, sleep=Sleeps())) as r:
+    async with reranker(server, timeout=0.2, retry=RetryPolicy(max_attempts=2, sleep=RecordingSleep())) as r:
         start = time.monotonic()
         with pytest.raises(RetrievalTimeoutError) as info:
             await r.rerank("q", docs(3))

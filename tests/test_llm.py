@@ -35,6 +35,7 @@ from fastrag.models import Document
 from fastrag.protocols import LLM
 from fastrag.querying import QueryEngine
 from fastrag.retry import RetryPolicy
+from fastrag.testing.fakes import RecordingSleep
 from fastrag.testing.http_server import Reply, ScriptedHTTPServer, chat_completion
 
 pytestmark = pytest.mark.anyio
@@ -68,18 +69,9 @@ def server() -> Iterator[ScriptedHTTPServer]:
     fake.close()
 
 
-class Sleeps:
-    """A RetryPolicy sleep that records the delays instead of waiting."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.delays.append(seconds)
-
 
 def client(server: ScriptedHTTPServer, **kwargs: Any) -> OpenAICompatibleLLM:
-    kwargs.setdefault("retry", RetryPolicy(max_attempts=3, jitter=False, sleep=Sleeps()))
+    kwargs.setdefault("retry", RetryPolicy(max_attempts=3, jitter=False, sleep=RecordingSleep()))
     kwargs.setdefault("api_key", KEY)
     return OpenAICompatibleLLM(base_url=server.url, model="test-model", **kwargs)
 
@@ -164,7 +156,7 @@ async def test_other_4xx_is_a_backend_error_with_the_message_never_retried(serve
 
 async def test_429_is_retried_after_retry_after_then_succeeds(server: ScriptedHTTPServer) -> None:
     server.script = [error(429, "slow down", {"Retry-After": "2"}), echo]
-    sleeps = Sleeps()
+    sleeps = RecordingSleep()
     async with client(server, retry=RetryPolicy(max_attempts=3, initial_backoff=0.1, sleep=sleeps)) as llm:
         assert await llm.chat(MESSAGES) == "SAY HELLO"
     assert len(server.requests) == 2
@@ -199,7 +191,7 @@ async def test_503_every_time_raises_temporarily_unavailable(server: ScriptedHTT
 
 async def test_timeout_raises_typed_timeout_error_after_retrying(server: ScriptedHTTPServer) -> None:
     server.script = [lambda body: Reply(200, echo(body).body, delay=5.0)]
-    async with client(server, timeout=0.2, retry=RetryPolicy(max_attempts=2, sleep=Sleeps())) as llm:
+    async with client(server, timeout=0.2, retry=RetryPolicy(max_attempts=2, sleep=RecordingSleep())) as llm:
         with pytest.raises(RetrievalTimeoutError) as info:
             await llm.chat(MESSAGES)
     assert info.value.timeout == 0.2
@@ -211,7 +203,7 @@ async def test_connection_refused_is_temporarily_unavailable_and_retried() -> No
     fake = FakeOpenAI()
     url = fake.url
     fake.close()  # nothing listens on that port any more
-    sleeps = Sleeps()
+    sleeps = RecordingSleep()
     llm = OpenAICompatibleLLM(base_url=url, model="m", retry=RetryPolicy(max_attempts=2, sleep=sleeps))
     async with llm:
         with pytest.raises(BackendTemporarilyUnavailableError, match="cannot connect"):

@@ -26,7 +26,7 @@ from fastrag.filters import FilterLike, matches, parse_filter
 from fastrag.models import Document
 from fastrag.vector_store._ranking import best_first
 
-__all__ = ["HashingEmbedder", "InMemoryStore"]
+__all__ = ["HashingEmbedder", "InMemoryStore", "RecordingSleep"]
 
 _TOKEN = re.compile(r"\w+")
 
@@ -253,3 +253,14 @@ class HashingEmbedder:
     async def embed_query(self, text: str) -> np.ndarray:
         """``(dimension,)`` float32, L2-normalised; the same mapping as :meth:`embed_documents`."""
         return (await self.embed_documents([text]))[0]
+
+
+class RecordingSleep:
+    """A :attr:`~fastrag.retry.RetryPolicy.sleep` that records each requested delay (seconds) instead of waiting,
+    so retry tests run instantly and can assert the backoff schedule: ``RetryPolicy(sleep=RecordingSleep())``."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
