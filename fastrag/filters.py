@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Literal, TypeAlias
@@ -78,6 +78,7 @@ __all__ = [
     "Or",
     "and_all",
     "combine_filters",
+    "comparisons",
     "dump_filter",
     "field",
     "is_native_filter",
@@ -414,6 +415,21 @@ def dump_filter(node: Filter) -> dict[str, Any]:
         return {node.operator: {"key": node.key, "value": value}}
     op = {And: "andAll", Or: "orAll", Not: "notAll"}[type(node)]
     return {op: [dump_filter(child) for child in node.filters]}
+
+
+def comparisons(node: Filter, path: str = "$") -> Iterator[tuple[str, Comparison]]:
+    """Every comparison in ``node``, in document order, with the JSON path of its node.
+
+    Paths are those :class:`~fastrag.errors.FilterError` reports: ``"$"`` for a lone comparison,
+    ``"$.andAll[0].notAll[1]"`` for one nested in logical nodes; append ``".<operator>.key"`` or
+    ``".<operator>.value"`` to name a part of it.
+    """
+    if isinstance(node, Comparison):
+        yield path, node
+        return
+    op = {And: "andAll", Or: "orAll", Not: "notAll"}[type(node)]
+    for i, child in enumerate(node.filters):
+        yield from comparisons(child, f"{path}.{op}[{i}]")
 
 
 # --------------------------------------------------------------------------------------- evaluation

@@ -56,13 +56,11 @@ from fastrag.errors import (
 from fastrag.filters import (
     RANGE_OPERATORS,
     SET_OPERATORS,
-    And,
     Comparison,
     Filter,
     FilterLike,
-    Not,
-    Or,
     combine_filters,
+    comparisons,
     is_native_filter,
     matches,
     parse_date,
@@ -786,14 +784,13 @@ def _check_document_fields(doc: Document, fields: Mapping[str, str]) -> None:
             )
 
 
-def _check_filter_fields(node: Filter, fields: Mapping[str, str], path: str = "$") -> None:
+def _check_filter_fields(node: Filter, fields: Mapping[str, str]) -> None:
     """Check a filter against the declared fields; raise FilterError naming the node's path."""
-    if isinstance(node, And | Or | Not):
-        op = {And: "andAll", Or: "orAll", Not: "notAll"}[type(node)]
-        for i, child in enumerate(node.filters):
-            _check_filter_fields(child, fields, f"{path}.{op}[{i}]")
-        return
-    assert isinstance(node, Comparison)
+    for path, comparison in comparisons(node):
+        _check_comparison_fields(comparison, fields, path)
+
+
+def _check_comparison_fields(node: Comparison, fields: Mapping[str, str], path: str) -> None:
     op, key, value = node.operator, node.key, node.value
     here = f"{path}.{op}"
     kind = fields.get(key)

@@ -50,11 +50,8 @@ from fastrag.filters import (
     RANGE_OPERATORS,
     SET_OPERATORS,
     STRING_OPERATORS,
-    And,
-    Comparison,
     Filter,
-    Not,
-    Or,
+    comparisons,
 )
 from fastrag.models import HEADINGS, SOURCE_URI, TITLE, Document
 from fastrag.retrieval.limits import MAX_K, MAX_QUERY_CHARS
@@ -127,20 +124,15 @@ def _filter_defs(keys: list[str] | None, hidden: list[str]) -> dict[str, Any]:
     return defs
 
 
-def _refuse_keys(node: Filter, hidden: frozenset[str], path: str = "$") -> None:
+def _refuse_keys(node: Filter, hidden: frozenset[str]) -> None:
     """Raise FilterError (naming the node's path) when the filter names a key the tool does not offer."""
-    if isinstance(node, And | Or | Not):
-        op = {And: "andAll", Or: "orAll", Not: "notAll"}[type(node)]
-        for i, child in enumerate(node.filters):
-            _refuse_keys(child, hidden, f"{path}.{op}[{i}]")
-        return
-    assert isinstance(node, Comparison)
-    if node.key in hidden:
-        raise FilterError(
-            f"this tool cannot filter on {node.key!r} (an internal or tenant key); filter on the keys the "
-            "schema lists",
-            path=f"{path}.{node.operator}.key",
-        )
+    for path, comparison in comparisons(node):
+        if comparison.key in hidden:
+            raise FilterError(
+                f"this tool cannot filter on {comparison.key!r} (an internal or tenant key); filter on the keys the "
+                "schema lists",
+                path=f"{path}.{comparison.operator}.key",
+            )
 
 
 @dataclass(frozen=True, slots=True)

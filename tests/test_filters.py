@@ -580,3 +580,17 @@ def test_a_single_native_filter_passes_through_combine():
 def test_a_native_filter_is_never_silently_combined():
     with pytest.raises(UnsupportedFilterError):
         combine_filters({"equals": {"key": "a", "value": 1}}, _BackendQuery())
+
+
+def test_comparisons_yields_every_comparison_with_the_path_errors_use() -> None:
+    from fastrag.filters import comparisons
+
+    node = parse_filter({"andAll": [
+        {"equals": {"key": "a", "value": 1}},
+        {"notAll": [{"in": {"key": "b", "value": ["x"]}}, {"orAll": [{"startsWith": {"key": "c", "value": "p"}}]}]},
+    ]})
+    assert [(path, c.key) for path, c in comparisons(node)] == [
+        ("$.andAll[0]", "a"), ("$.andAll[1].notAll[0]", "b"), ("$.andAll[1].notAll[1].orAll[0]", "c"),
+    ]
+    lone = parse_filter({"equals": {"key": "a", "value": 1}})
+    assert [(path, c.key) for path, c in comparisons(lone)] == [("$", "a")]

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from fastrag.errors import BackendError, FilterError, InvalidParameterError
 from fastrag.filters import FilterLike
-from fastrag.llm import ChatMessage
+from fastrag.llm import ChatMessage, _shown
 from fastrag.models import HEADINGS, LANGUAGE, SOURCE_URI, TITLE, Document
 from fastrag.protocols import LLM, Retriever
 from fastrag.retrieval.result import RetrievalResult, retrieve_result
@@ -571,14 +571,3 @@ def _check_sampling(temperature: Any, max_tokens: Any) -> None:
 def _check_positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidParameterError(f"{name} must be a positive int, got {_shown(value)}")
-
-
-def _shown(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` for a message, cut to ``limit`` characters; never raises (an int of over 4,300 digits
-    has no ``repr``)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a message must not fail
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[:limit] + "..."
-
