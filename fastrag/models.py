@@ -144,6 +144,25 @@ class Document:
         return {"id": self.id, "content": self.content, "metadata": plain_value(self.metadata)}
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
+def owned_document(id: str, content: str, metadata: dict[str, Any]) -> Document:  # noqa: A002
+    """A :class:`Document` built from values already known to be valid, taking ``metadata`` as it is.
+
+    For code that builds results from its own data (a store decoding its rows, a fusion stamping its
+    copies): it skips :class:`Document`'s checks and the copy of ``metadata``, about three times cheaper,
+    which counts on the hot path of every query. The caller hands ``metadata`` over: nothing else may
+    hold or change that dict afterwards. Anything from a user goes through ``Document(...)``.
+    """
+    doc = _new(Document)
+    _set(doc, "id", id)
+    _set(doc, "content", content)
+    _set(doc, "metadata", MappingProxyType(metadata))
+    return doc
+
+
 def plain_value(value: Any) -> Any:
     """A copy of a metadata value with mappings as dicts and tuples as lists (read-only views unwrapped)."""
     if isinstance(value, Mapping):

@@ -77,6 +77,10 @@ def test_speed_smoke(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "speed.json").read_text())
     assert {d["corpus"] for d in data} == {"scifact", "synthetic"}
     assert all(d["peak_rss_mb"] > 0 and d["ingest_docs_per_s"] > 0 for d in data)
+    for d in data:  # the direct call is timed both ways: awaited in a worker thread (the baseline) and inline
+        for name in ("bm25", "dense"):
+            assert d[f"{name}_direct_p50_ms"] > 0 and d[f"{name}_direct_inline_p50_ms"] > 0
+            assert f"{name}_overhead_inline" in d
 
 
 def test_speed_backends_smoke(tmp_path: Path) -> None:
@@ -87,8 +91,8 @@ def test_speed_backends_smoke(tmp_path: Path) -> None:
     assert int(rows[0][2].replace(",", "")) >= 200  # the slice: 200 documents plus those judged for the queries
     ratios = _table_rows(text, "| backend | BM25: fastrag / direct")
     assert [r[0] for r in ratios] == ["qdrant"]
-    for cell in ratios[0][1:3]:  # BM25 and dense: fastrag / direct ms (overhead; share of same top 10, overlap)
-        assert "% same" in cell and "% overlap" in cell
+    for cell in ratios[0][1:3]:  # BM25 and dense: fastrag / direct ms (overhead; inline; share of same top 10, overlap)
+        assert "% same" in cell and "% overlap" in cell and "inline" in cell  # QdrantClient blocks: both baselines
     assert ratios[0][3].endswith("x")  # hybrid / slowest branch
     data = json.loads((tmp_path / "speed-backends.json").read_text())
     assert [d["backend"] for d in data] == ["qdrant"]

@@ -387,3 +387,30 @@ def test_list_without_any_score_counts_as_constant():
     fused = WeightedScoreFusion().fuse(results)
     assert ids(fused) == ["b", "a", "c"]
     assert scores(fused) == pytest.approx({"b": 1.0, "a": 0.5, "c": 0.0})
+
+
+@pytest.mark.parametrize("normalization", ["min_max", "z_score", "dbsf", "none"])
+def test_fused_copies_are_independent_read_only_documents(normalization):
+    # fusion builds its copies without Document's copy of the metadata (owned_document): they must still be
+    # plain, read-only Documents that share no mutable state with the inputs
+    nested = {"section": ["intro"]}
+    bm25 = [Document(id="a", content="x", metadata={"score": 3.0, "tags": nested}), doc("b", 1.0)]
+    vector = [doc("b", 0.9), doc("a", 0.1)]
+    fused = WeightedScoreFusion(normalization=normalization).fuse({"bm25": bm25, "vector": vector}, k=2)
+    assert all(type(d) is Document for d in fused)
+    with pytest.raises(TypeError):
+        fused[0].metadata["score"] = 0.0  # type: ignore[index]
+    assert bm25[0].metadata["score"] == 3.0 and "branches" not in bm25[0].metadata  # inputs untouched
+    again = WeightedScoreFusion(normalization=normalization).fuse({"bm25": bm25, "vector": vector}, k=2)
+    assert fused == again and fused[0].metadata is not again[0].metadata
+
+
+def test_a_document_subclass_keeps_its_type_through_fusion():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, slots=True)
+    class Chunk(Document):
+        pass
+
+    fused = ReciprocalRankFusion().fuse({"bm25": [Chunk(id="a", content="x")]}, k=1)
+    assert type(fused[0]) is Chunk and fused[0].rank == 0

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
-from fastrag.models import BRANCHES, RANK, SCORE, Document, plain_value
+from fastrag.models import BRANCHES, RANK, SCORE, Document, owned_document, plain_value
 
 
 def finite_score(value: Any) -> float | None:
@@ -40,4 +39,6 @@ def with_provenance(doc: Document, *, score: float | None, rank: int, branches: 
     metadata[RANK] = rank
     metadata.update(extra)
     metadata[BRANCHES] = branches
+    if type(doc) is Document:  # metadata is a new dict of the document's own values; a subclass keeps its type below
+        return owned_document(doc.id, doc.content, metadata)
     return dataclasses.replace(doc, metadata=metadata)

@@ -146,15 +146,23 @@ class _Fusion:
         positions: dict[str, dict[str, int]] = {}  # doc id -> {branch: position}
         for name, docs in lists.items():
             for pos, doc in enumerate(docs):
-                positions.setdefault(doc.id, {})[name] = pos
+                where = positions.get(doc.id)
+                if where is None:
+                    positions[doc.id] = {name: pos}
+                else:
+                    where[name] = pos
 
         scored = []
         if len(lists) == 2:  # one IEEE addition is correctly rounded: the same result as fsum, faster
             (first, (values_a, absent_a)), (second, (values_b, absent_b)) = contributions.items()
             for doc_id, where in positions.items():
                 pos_a, pos_b = where.get(first), where.get(second)
-                score = (absent_a if pos_a is None else values_a[pos_a]) + (absent_b if pos_b is None else values_b[pos_b])
-                scored.append((-score, min(where.values()), doc_id))
+                if pos_b is None:
+                    scored.append((-(values_a[pos_a] + absent_b), pos_a, doc_id))
+                elif pos_a is None:
+                    scored.append((-(absent_a + values_b[pos_b]), pos_b, doc_id))
+                else:
+                    scored.append((-(values_a[pos_a] + values_b[pos_b]), min(pos_a, pos_b), doc_id))
         else:
             for doc_id, where in positions.items():
                 score = math.fsum(
@@ -163,12 +171,13 @@ class _Fusion:
                 scored.append((-score, min(where.values()), doc_id))
         scored.sort()
         if k is not None:
-            scored = scored[:k]
+            del scored[k:]
 
         fused = []
-        for rank, (neg_score, _, doc_id) in enumerate(scored):
+        for rank, (neg_score, best_pos, doc_id) in enumerate(scored):
             where = positions[doc_id]
-            best_name, best_pos = min(where.items(), key=lambda item: (item[1], item[0]))
+            # the copy comes from the branch where the document ranks best (ties: the first name; lists is sorted)
+            best_name = next(name for name, pos in where.items() if pos == best_pos)
             source = lists[best_name][best_pos]
             branches = {name: provenance(lists[name][pos], pos) for name, pos in sorted(where.items())}
             # + 0.0 turns -0.0 into 0.0
@@ -182,11 +191,14 @@ class _Fusion:
 
 
 def _distinct(docs: Sequence[Document]) -> list[Document]:
+    ids = [doc.id for doc in docs]
+    if len(set(ids)) == len(ids):  # the usual case: a store never returns an id twice
+        return list(docs)
     seen: set[str] = set()
     out = []
-    for doc in docs:
-        if doc.id not in seen:
-            seen.add(doc.id)
+    for doc_id, doc in zip(ids, docs, strict=True):
+        if doc_id not in seen:
+            seen.add(doc_id)
             out.append(doc)
     return out
 
@@ -296,7 +308,12 @@ class WeightedScoreFusion(_Fusion):
         total = math.fsum(weights.values())
         out = {}
         for name, docs in lists.items():
-            values, absent = self._normalise([finite_score(doc.metadata.get(SCORE)) for doc in docs])
+            raw = [doc.metadata.get(SCORE) for doc in docs]
+            # v - v == 0.0 holds exactly for finite floats (inf - inf and NaN - NaN are NaN): the common case
+            # without a call per document; anything else goes through finite_score
+            values, absent = self._normalise(
+                [v if type(v) is float and v - v == 0.0 else finite_score(v) for v in raw]
+            )
             w = weights[name] / total
             out[name] = ([w * v for v in values], w * absent)
         return out
@@ -307,21 +324,30 @@ class WeightedScoreFusion(_Fusion):
         if not known:
             return [constant] * len(raw), min(0.0, constant)
         lo, hi = min(known), max(known)
+        # Each map below is non-decreasing in s (a subtraction, then a division by a positive number, both
+        # correctly rounded), so the lowest normalised value is the one of the lowest score.
         if self._normalization == "none":
-            norm = {s: s for s in known}
+            norm = known
         elif hi == lo:
-            norm = dict.fromkeys(known, constant)
+            norm = [constant] * len(known)
         elif self._normalization == "min_max":
-            norm = {s: (s - lo) / (hi - lo) for s in known}
+            span = hi - lo
+            norm = [(s - lo) / span for s in known]
         elif self._normalization == "dbsf":
             # hi > lo, so there are >= 2 distinct scores and the sample std is > 0
             mean = math.fsum(known) / len(known)
             std = math.sqrt(math.fsum((s - mean) ** 2 for s in known) / (len(known) - 1))
-            low = mean - 3 * std
-            norm = {s: (s - low) / (6 * std) if std > 0 else constant for s in known}
+            if std > 0:
+                low, width = mean - 3 * std, 6 * std
+                norm = [(s - low) / width for s in known]
+            else:
+                norm = [constant] * len(known)
         else:
             mean = math.fsum(known) / len(known)
             std = math.sqrt(math.fsum((s - mean) ** 2 for s in known) / len(known))
-            norm = {s: (s - mean) / std if std > 0 else 0.0 for s in known}
-        floor = min(norm.values())
-        return [floor if s is None else norm[s] for s in raw], min(0.0, floor)
+            norm = [(s - mean) / std for s in known] if std > 0 else [0.0] * len(known)
+        floor = min(norm)
+        if len(known) == len(raw):
+            return norm, min(0.0, floor)
+        values = iter(norm)
+        return [floor if s is None else next(values) for s in raw], min(0.0, floor)

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -112,24 +112,53 @@ def record_timing(name: str, seconds: float) -> None:
         collector.timings[key] = collector.timings.get(key, 0.0) + seconds
 
 
-@contextmanager
-def timed(name: str) -> Iterator[None]:
-    """Time the ``with`` block as stage ``name`` (see :func:`record_timing`), even when it raises."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        record_timing(name, time.perf_counter() - start)
+class _Timer:
+    """The ``with`` block's wall time, added to stage ``name`` when it ends (even when it raises)."""
+
+    __slots__ = ("_name", "_start")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._start = 0.0
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter()
+
+    def __exit__(self, *exc_info: object) -> None:
+        record_timing(self._name, time.perf_counter() - self._start)
 
 
-@contextmanager
-def stage(name: str) -> Iterator[None]:
-    """Within the block (one branch's task), stages report under ``"<name>/"``."""
-    token = _prefix.set(f"{_prefix.get()}{name}/")
-    try:
-        yield
-    finally:
-        _prefix.reset(token)
+class _Stage:
+    """Within the block, stages report under ``"<name>/"``."""
+
+    __slots__ = ("_name", "_token")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._token: Token[str] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _prefix.set(f"{_prefix.get()}{self._name}/")
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _prefix.reset(self._token)
+
+
+_UNOBSERVED = nullcontext()  # outside retrieve_result() nobody collects: time and names cost nothing
+
+
+def timed(name: str) -> AbstractContextManager[None]:
+    """Time the ``with`` block as stage ``name`` (see :func:`record_timing`), even when it raises.
+
+    Outside a :func:`retrieve_result` call nothing is collected, and the block is not timed at all."""
+    return _UNOBSERVED if _collector.get() is None else _Timer(name)
+
+
+def stage(name: str) -> AbstractContextManager[None]:
+    """Within the block (one branch's task), stages report under ``"<name>/"`` (a no-op outside a
+    :func:`retrieve_result` call, where nothing is collected)."""
+    return _UNOBSERVED if _collector.get() is None else _Stage(name)
 
 
 def record_branch_failure(name: str, error: Exception, *, absorbed: bool) -> None:

@@ -82,7 +82,7 @@ from fastrag.errors import (
     TransientBackendError,
 )
 from fastrag.filters import Filter, FilterLike, dump_filter, matches, parse_filter
-from fastrag.models import RANK, SCORE, Document
+from fastrag.models import RANK, SCORE, Document, owned_document
 from fastrag.retrieval._validation import check_positive_int
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import check_dimension, check_k, check_query_vector, check_unique_ids
@@ -767,7 +767,7 @@ def _ranked_rows(conn: sqlite3.Connection, scores: np.ndarray, rowids: np.ndarra
     for rank, (score, (doc_id, content, metadata)) in enumerate(hits):
         stamped = json.loads(metadata)
         stamped[SCORE], stamped[RANK] = score, rank  # one Document per hit, not a copy of a copy
-        out.append(Document(id=doc_id, content=content, metadata=stamped))
+        out.append(owned_document(doc_id, content, stamped))  # our own rows, checked when written
     return out
 
 
