@@ -81,6 +81,7 @@ def test_speed_smoke(tmp_path: Path) -> None:
         for name in ("bm25", "dense"):
             assert d[f"{name}_direct_p50_ms"] > 0 and d[f"{name}_direct_inline_p50_ms"] > 0
             assert f"{name}_overhead_inline" in d
+        assert d["direct_both_over_slowest"] > 0  # the floor: the two direct searches at once / the slower alone
 
 
 def test_speed_backends_smoke(tmp_path: Path) -> None:
