@@ -330,6 +330,34 @@ async def test_get_delete_and_ties(lite_store):
 
 
 @pytest.mark.anyio
+async def test_ties_at_the_cut_are_ordered_by_id_however_many_there_are(lite_store):
+    # 40 documents tie (same vector, same text) behind 2 better ones: more than any fixed slack past k,
+    # so the store must widen its search until the tie ends to return the lowest ids
+    ids = [f"t{n:02d}" for n in range(40)]
+    tied = [Document(id=i, content="same words here") for i in reversed(ids)]
+    best = [Document(id="zz-best", content="same words here same words here"),
+            Document(id="zz-second", content="same words")]
+    vectors = np.vstack([np.ones((40, 2), np.float32), [[1.0, 0.0]], [[1.0, 0.2]]]).astype(np.float32)
+    async with lite_store() as store:
+        await store.upsert(tied + best, embeddings=vectors)
+        await store.flush()
+        calls: list[int] = []
+        search = store._client.search
+
+        def counting(*args, **kwargs):  # returns search's result, or its awaitable for an async client
+            calls.append(kwargs["limit"])
+            return search(*args, **kwargs)
+
+        store._client.search = counting
+        got = await store.search_vector(np.ones(2, np.float32), k=5)
+        assert [d.id for d in got] == ids[:5]
+        assert len(calls) > 1 and calls[0] == 6  # k + 1 first, then wider while the tie ran past the cut
+        calls.clear()
+        top = await store.search_vector(np.array([1.0, 0.0], np.float32), k=1)
+        assert [d.id for d in top] == ["zz-best"] and calls == [2]  # no tie at the cut: one search of k + 1
+
+
+@pytest.mark.anyio
 async def test_native_milvus_filter_passes_through(lite_store):
     docs = [Document(id="x", content="a", metadata={"lang": "en", "n": 1}),
             Document(id="y", content="b", metadata={"lang": "de", "n": True})]

@@ -66,7 +66,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -133,7 +133,8 @@ Zaragoza (2009), "The Probabilistic Relevance Framework: BM25 and Beyond"."""
 MAX_TOP_K = 16384
 """Milvus's largest ``limit`` for one search."""
 _TIE_SLACK = 16
-"""Extra hits fetched past ``k`` so that equal scores at the cut can be ordered by id."""
+"""Extra hits past ``k`` that a search asks for at least once one page showed a tie at the cut (the first page
+asks for one more than ``k``), so that equal scores at the cut can be ordered by id."""
 _UPSERT_BATCH = 256
 _LITE_FLUSH_ROWS = 256
 _ID_BATCH = 500
@@ -1345,12 +1346,32 @@ class MilvusVectorStore:
         return _ranked([(abs(score), doc) for score, doc in hits if score != 0], k)
 
     async def _search(self, data: Any, field: str, metric: str, k: int, expression: str) -> list[tuple[float, Document]]:
-        result = await self._call(
-            "search", self.collection, data=[data], anns_field=field, limit=min(k + _TIE_SLACK, MAX_TOP_K),
-            filter=expression, output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD],
-            search_params={"metric_type": metric},
-        )
-        return [(float(hit["distance"]), _document(hit["entity"])) for hit in (result[0] if result else [])]
+        """``(distance, document)`` hits best first, enough for :func:`_ranked` to cut at ``k`` (see
+        :meth:`_settled_page`)."""
+
+        async def page(limit: int) -> list[Any]:
+            result = await self._call(
+                "search", self.collection, data=[data], anns_field=field, limit=limit,
+                filter=expression, output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD],
+                search_params={"metric_type": metric},
+            )
+            return result[0] if result else []
+
+        return [(float(hit["distance"]), _document(hit["entity"])) for hit in await self._settled_page(page, k)]
+
+    @staticmethod
+    async def _settled_page(page: Callable[[int], Awaitable[list[Any]]], k: int) -> list[Any]:
+        """The raw hits of ``page(limit)`` (best first) once they hold ``k`` distinct ids, when that many
+        match, and every hit whose distance equals the ``k``-th distinct one's, so that equal scores at the
+        cut can be ordered by id. The first page asks for ``k + 1`` hits (one more than needed shows whether
+        a tie runs past the cut); a wider one is asked for only while a tie does, or while repeated ids
+        leave fewer than ``k``."""
+        limit = min(k + 1, MAX_TOP_K)
+        while True:
+            found = await page(limit)
+            if len(found) < limit or limit >= MAX_TOP_K or _cut_is_settled(found, k):
+                return found
+            limit = min(max(2 * limit, k + _TIE_SLACK), MAX_TOP_K)
 
     async def search_hybrid(
         self,
@@ -1432,12 +1453,16 @@ class MilvusVectorStore:
         fused: list[tuple[float, Document]] = []
         legs: dict[str, list[Document]] = {}
 
-        async def run_hybrid() -> None:
+        async def hybrid_page(limit: int) -> list[Any]:
             result = await self._call(
-                "hybrid_search", self.collection, requests, ranker, limit=min(k + _TIE_SLACK, MAX_TOP_K),
+                "hybrid_search", self.collection, requests, ranker, limit=limit,
                 output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD],
             )
-            fused.extend((float(h["distance"]), _document(h["entity"])) for h in (result[0] if result else []))
+            return result[0] if result else []
+
+        async def run_hybrid() -> None:
+            found = await self._settled_page(hybrid_page, k)
+            fused.extend((float(h["distance"]), _document(h["entity"])) for h in found)
 
         async def run_leg(name: str, data: Any, field: str, metric: str, expression: str) -> None:
             hits = await self._search(data, field, metric, leg_k, expression)
@@ -1504,6 +1529,17 @@ def _document(row: Mapping[str, Any]) -> Document:
     if isinstance(metadata, str | bytes):
         metadata = json.loads(metadata)
     return Document(id=str(row[ID_FIELD]), content=row.get(CONTENT_FIELD) or "", metadata=metadata or {})
+
+
+def _cut_is_settled(found: Sequence[Mapping[str, Any]], k: int) -> bool:
+    """Whether a full page of raw hits (best first) holds ``k`` distinct ids and the hits past the ``k``-th
+    distinct one score differently from it (so no hit tied with it was left out of the page)."""
+    seen: set[str] = set()
+    for position, hit in enumerate(found):
+        seen.add(str(hit["entity"][ID_FIELD]))
+        if len(seen) == k:
+            return float(found[-1]["distance"]) != float(hit["distance"]) and position < len(found) - 1
+    return False
 
 
 def _ranked(hits: list[tuple[float, Document]], k: int) -> list[Document]:
