@@ -278,10 +278,10 @@ async def timed(fn, *args) -> tuple[float, Any]:
 
 async def worker(backend: str, args) -> dict:
     log(f"{backend}:")
-    docs, vectors, qtable = load_corpus("scifact", args)
+    docs, vectors, qtable = load_corpus(args.corpus, args)
     queries = list(qtable)[: args.queries]
     embedder = CachedEmbedder(STATIC, qtable)
-    result: dict = {"backend": backend, "docs": len(docs), "queries": len(queries),
+    result: dict = {"backend": backend, "corpus": args.corpus, "docs": len(docs), "queries": len(queries),
                     "loadavg_start": list(os.getloadavg()), "rss_after_load_mb": rss_mb()}
     with tempfile.TemporaryDirectory(prefix="fastrag-speed-") as tmp:
         async with OPENERS[backend](Path(tmp), embedder) as s:
@@ -300,6 +300,11 @@ async def worker(backend: str, args) -> dict:
                 await s.extra_ingest(docs)
                 result["lexical_ingest_docs_per_s"] = len(docs) / (time.perf_counter() - start)
             log(f"  {backend}: ingested {len(docs)} docs in {result['ingest_s']:.1f} s")
+            del docs, vectors
+            if backend in args.dense_only and s.vector_store is not None:
+                s.lexical_store = s.native_hybrid = None  # its BM25 is indexed, not measured
+                result["lexical"] = ""
+                result["dense_only"] = True
             branches: dict[str, Any] = {}
             if s.lexical_store is not None:
                 branches["bm25"] = BM25Retriever(store=s.lexical_store)
@@ -379,6 +384,15 @@ async def worker(backend: str, args) -> dict:
                 result[f"{name}_overlap"] = overlap / len(queries)
                 result[f"{name}_repeat"] = repeat
             log(f"  {backend}: ratios done")
+            # queries/s with that many queries in flight on one store: the hybrid, or the one branch there is
+            busiest = "hybrid" if hybrid is not None else next(iter(branches))
+            result["qps_run"] = busiest
+            for c in args.concurrency:
+                total = max(args.qps_queries, c)
+                if result[f"{busiest}_p50_ms"] > 100:  # a slow search (Qdrant local BM25): fewer calls, same load
+                    total = max(c, min(total, 2 * c))
+                result[f"qps_c{c}"] = await speed.throughput(runs[busiest], queries, c, total)
+            log(f"  {backend}: throughput done")
     result["loadavg_end"] = list(os.getloadavg())
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
@@ -403,9 +417,10 @@ def _over(r: dict, name: str) -> str:
 
 
 def table(results: list[dict]) -> list[str]:
+    levels = sorted({int(k[len("qps_c"):]) for r in results for k in r if k.startswith("qps_c")})
     lines = ["| backend | store | docs | ingest docs/s | BM25 p50 / p95 ms | dense p50 / p95 ms | hybrid p50 / p95 ms | "
-             "native hybrid p50 / p95 ms | peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "native hybrid p50 / p95 ms | q/s at concurrency " + " / ".join(map(str, levels)) + " | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         bm25 = _ms(r, "bm25") + (f" ({r['lexical']})" if r.get("lexical") and "SQLite" in r["lexical"]
                                   and r["backend"] != "sqlite" else "")
@@ -413,8 +428,9 @@ def table(results: list[dict]) -> list[str]:
         if "lexical_ingest_docs_per_s" in r:
             ingest += f" (+ SQLite BM25 {r['lexical_ingest_docs_per_s']:,.0f})"
         native = _ms(r, "native_hybrid") + (f" ({r['native_hybrid']})" if "native_hybrid" in r else "")
+        qps = " / ".join(f"{r[f'qps_c{c}']:.1f}" for c in levels) + f" ({r['qps_run']})" if "qps_run" in r else "–"
         lines.append(f"| {r['backend']} | {r['store']} | {r['docs']:,} | {ingest} | {bm25} | {_ms(r, 'dense')} | "
-                     f"{_ms(r, 'hybrid')} | {native} | {r['peak_rss_mb']:.0f} |")
+                     f"{_ms(r, 'hybrid')} | {native} | {qps} | {r['peak_rss_mb']:.0f} |")
     lines += ["", "Ratios (same run; fastrag / direct p50 ms, overhead = median per-query ratio − 1, where the direct "
               "call of a blocking client (sqlite3, QdrantClient, MilvusClient, Chroma) is awaited in a worker thread as an "
               "async service must call it, and 'inline' is the same call blocking the event loop; share of "
@@ -455,6 +471,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default=",".join(BACKENDS),
                         help=f"comma-separated, from {', '.join(BACKENDS)} (default: all)")
+    parser.add_argument("--corpus", choices=["scifact", "synthetic"], default="scifact",
+                        help="SciFact, or speed.py's synthetic corpus (--synthetic-size chunks, random vectors)")
+    parser.add_argument("--synthetic-size", type=int, default=200_000)
+    parser.add_argument("--dense-only", default="",
+                        help="comma-separated backends whose BM25 is indexed but not searched (Qdrant local mode scores "
+                             "BM25 in Python: 0.4 s a query over 5,183 documents)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--qps-queries", type=int, default=64, help="queries per throughput measurement")
     parser.add_argument("--scifact-docs", type=int, default=None, help="a slice of SciFact (default: all)")
     parser.add_argument("--queries", type=int, default=100, help="distinct queries (SciFact test, at most 300)")
     parser.add_argument("--repeat", type=int, default=3,
@@ -466,6 +490,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.scifact_docs, args.queries, args.repeat = args.scifact_docs or 200, 10, 1
+        args.synthetic_size, args.qps_queries = min(args.synthetic_size, 2000), 16
+    args.dense_only = {b.strip() for b in args.dense_only.split(",") if b.strip()}
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown:
@@ -490,9 +516,14 @@ def main() -> None:
         "# Speed of fastrag per backend, against each backend's own client",
         "",
         f"Generated by `python benchmarks/speed_backends.py {' '.join(sys.argv[1:])}` in {elapsed:.0f} s: "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}, {versions()}. Corpus: SciFact "
-        f"({results[0]['docs']:,} documents, static-model vectors), {results[0]['queries']} SciFact test questions with "
-        f"precomputed vectors, `k={K}`, one query at a time; hybrid = the shipped `HybridRetriever([VectorRetriever, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, {versions()}. Corpus: "
+        + (f"SciFact ({results[0]['docs']:,} documents, static-model vectors)" if args.corpus == "scifact" else
+           f"synthetic ({results[0]['docs']:,} chunks of SciFact words, random 256-dimension unit vectors, as in speed.py)")
+        + f", {results[0]['queries']} SciFact test questions with "
+        f"precomputed vectors, `k={K}`, one query at a time"
+        + (f"; BM25 indexed but not searched on {', '.join(sorted(args.dense_only))}" if args.dense_only else "")
+        + "; queries/s: the hybrid (or the only branch) with that many queries in flight on one store; "
+        f"hybrid = the shipped `HybridRetriever([VectorRetriever, "
         f"BM25Retriever])` (`candidate_k={next((r['hybrid_candidate_k'] for r in results if 'hybrid_candidate_k' in r), '?')}`); "
         f"BLAS threads: {args.blas_threads or 'library default'}. Overhead: fastrag's best of up to {args.repeat} "
         f"against the direct call's best of as many, per query, median − 1. Load average (1, 5, 15 min) at the "

@@ -101,5 +101,6 @@ def test_speed_backends_smoke(tmp_path: Path) -> None:
     assert d["ingest_docs_per_s"] > 0 and d["peak_rss_mb"] > 0
     for name in ("bm25", "dense", "hybrid", "native_hybrid"):
         assert 0 < d[f"{name}_p50_ms"] <= d[f"{name}_p95_ms"]
+    assert d["qps_run"] == "hybrid" and all(d[f"qps_c{c}"] > 0 for c in (1, 8, 64))  # queries/s under load
     # fastrag and the direct client rank the same documents (the slice has no ties that could reorder them all)
     assert d["bm25_overlap"] > 0.9 and d["dense_overlap"] > 0.9
