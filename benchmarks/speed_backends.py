@@ -391,7 +391,13 @@ async def worker(backend: str, args) -> dict:
                 total = max(args.qps_queries, c)
                 if result[f"{busiest}_p50_ms"] > 100:  # a slow search (Qdrant local BM25): fewer calls, same load
                     total = max(c, min(total, 2 * c))
-                result[f"qps_c{c}"] = await speed.throughput(runs[busiest], queries, c, total)
+                try:
+                    result[f"qps_c{c}"] = await speed.throughput(runs[busiest], queries, c, total)
+                except Exception as exc:  # noqa: BLE001 - e.g. the store's timeout under this load: a result too
+                    error = exc.exceptions[0] if isinstance(exc, BaseExceptionGroup) else exc
+                    result[f"qps_c{c}"] = None
+                    result[f"qps_c{c}_error"] = f"{type(error).__name__}: {str(error)[-80:]}"
+                    log(f"  {backend}: concurrency {c} failed: {result[f'qps_c{c}_error']}")
             log(f"  {backend}: throughput done")
     result["loadavg_end"] = list(os.getloadavg())
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -428,7 +434,8 @@ def table(results: list[dict]) -> list[str]:
         if "lexical_ingest_docs_per_s" in r:
             ingest += f" (+ SQLite BM25 {r['lexical_ingest_docs_per_s']:,.0f})"
         native = _ms(r, "native_hybrid") + (f" ({r['native_hybrid']})" if "native_hybrid" in r else "")
-        qps = " / ".join(f"{r[f'qps_c{c}']:.1f}" for c in levels) + f" ({r['qps_run']})" if "qps_run" in r else "–"
+        qps = " / ".join(f"{r[f'qps_c{c}']:.1f}" if r.get(f"qps_c{c}") is not None else "failed"
+                         for c in levels) + f" ({r['qps_run']})" if "qps_run" in r else "–"
         lines.append(f"| {r['backend']} | {r['store']} | {r['docs']:,} | {ingest} | {bm25} | {_ms(r, 'dense')} | "
                      f"{_ms(r, 'hybrid')} | {native} | {qps} | {r['peak_rss_mb']:.0f} |")
     lines += ["", "Ratios (same run; fastrag / direct p50 ms, overhead = median per-query ratio − 1, where the direct "
@@ -501,15 +508,22 @@ def main() -> None:
         return
     started = time.perf_counter()
     load_start = os.getloadavg()
-    results = []
+    results: list[dict] = []
+    failed: list[str] = []
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     if args.blas_threads:
         env.update({v: str(args.blas_threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     for backend in backends:
         cmd = [sys.executable, __file__, *sys.argv[1:], "--worker", backend]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True, env=env)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False, env=env)
+        if proc.returncode != 0:  # one backend failing (a crash, a missing package) does not lose the others
+            log(f"{backend}: failed with exit code {proc.returncode} (its error is above)")
+            failed.append(backend)
+            continue
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     elapsed = time.perf_counter() - started
+    if not results:
+        sys.exit(f"every backend failed: {', '.join(failed)}")
     load = os.getloadavg()
     busy = max(load_start[0], load[0], *(r["loadavg_end"][0] for r in results)) >= 1.5
     lines = [
@@ -535,10 +549,18 @@ def main() -> None:
         *table(results),
         "",
     ]
+    errors = [f"- {r['backend']}, {c} queries in flight: {r[f'qps_c{c}_error']}"
+              for r in results for c in args.concurrency if r.get(f"qps_c{c}_error")]
+    if errors:
+        lines += ["Throughput runs that failed (the first error of the run):", "", *errors, ""]
+    if failed:
+        lines += [f"Backends that failed to run (see the log): {', '.join(failed)}.", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
     print("\n".join(lines))
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
