@@ -4,7 +4,9 @@ What runs, per dataset (every system indexes ``title + "\\n" + text``, every den
 vectors, every query is asked one at a time so the per-query latency is comparable):
 
 * fastrag BM25 in each store that has it here: SQLite (the default), Qdrant local mode (fastrag's analysis,
-  Qdrant's BM25), milvus-lite (Milvus's BM25 function, ``standard`` analyzer: no stemming, all milvus-lite has);
+  Qdrant's BM25), milvus-lite (Milvus's BM25 function, ``standard`` analyzer: no stemming, all milvus-lite has),
+  the OpenSearch API through the ``osmem-server`` emulator (its BM25, the index's analyzer); Chroma has no
+  BM25;
 * fastrag dense k-NN (SQLite, exact) with the shipped static model and with all-MiniLM-L6-v2;
 * fastrag hybrid, as shipped (``HybridRetriever([VectorRetriever, BM25Retriever])``: default fusion and
   ``candidate_k``; asked for ``k=100`` like every system, so each branch returns ``max(candidate_k, 100)``),
@@ -29,6 +31,7 @@ importable, ``quality.png``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -186,10 +189,18 @@ async def fastrag_sqlite(c: corpora.Corpus, models: list[str], vectors: dict, ro
 async def fastrag_other_stores(c: corpora.Corpus, rows: list[dict], which: list[str]) -> None:
     """fastrag's BM25Retriever on the other stores that have BM25 here."""
     tmp = Path(tempfile.mkdtemp(prefix="fastrag-bench-"))
+    servers = contextlib.ExitStack()
     try:
         for name in which:
             try:
-                if name == "qdrant":
+                if name == "opensearch":
+                    from fastrag.testing.opensearch_emulator import opensearch_emulator
+                    from fastrag.vector_store.opensearch import OpenSearchVectorStore
+
+                    url = servers.enter_context(opensearch_emulator())
+                    store = OpenSearchVectorStore(url=url, index="bench")
+                    label = "bm25 (OpenSearch API: osmem-server emulator, english analyzer)"
+                elif name == "qdrant":
                     from fastrag.vector_store.qdrant import QdrantVectorStore
 
                     store = QdrantVectorStore(location=":memory:", collection="bench", enable_bm25=True)
@@ -219,6 +230,7 @@ async def fastrag_other_stores(c: corpora.Corpus, rows: list[dict], which: list[
                              "recall@100": None, "p50_ms": None, "p95_ms": None,
                              "note": f"failed: {type(exc).__name__}: {str(exc)[:120]}"})
     finally:
+        servers.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -397,7 +409,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["scifact", "xquad-en"])
     parser.add_argument("--models", nargs="+", default=[STATIC, MINILM])
-    parser.add_argument("--stores", nargs="*", default=["qdrant", "milvus"], help="other stores with BM25")
+    parser.add_argument("--stores", nargs="*", default=["qdrant", "milvus", "opensearch"],
+                        help="other stores with BM25 (Chroma has none)")
     parser.add_argument("--peers", nargs="*", default=list(PEERS))
     parser.add_argument("--peer-timeout", type=float, default=1800, help="seconds per peer and dataset")
     parser.add_argument("--peer-models", nargs="*", default=None, help="models the peers use (default: --models)")
