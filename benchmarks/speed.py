@@ -380,8 +380,8 @@ def table(results: list[dict], concurrency: list[int]) -> list[str]:
                      + " | ".join(f"{r[f'dense_qps_c{c}']:.1f}" for c in concurrency) + " |")
     lines += ["", "Ratios (same run):", "",
               "| corpus | BM25: fastrag / direct in a worker thread / direct inline, p50 ms | BM25 overhead "
-              "(against inline) | dense: fastrag / direct in a worker thread / direct inline, p50 ms | dense overhead "
-              "(against inline) | same top-10 as direct (BM25 / dense) | hybrid / slowest branch | hybrid / sum of branches | "
+              "(in brackets: against inline) | dense: fastrag / direct in a worker thread / direct inline, p50 ms | "
+              "dense overhead (in brackets: against inline) | same top-10 as direct (BM25 / dense) | hybrid / slowest branch | hybrid / sum of branches | "
               "the two direct searches at once / the slower alone | "
               "in the hybrid: BM25 / dense / fusion p50 ms | two threads' CPU s per wall s | "
               "one worker-thread hop p50 / p95 ms | overhead <= 5%? | hybrid <= 1.15x slowest? |",

@@ -52,6 +52,7 @@ import inspect
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -423,7 +424,7 @@ def _over(r: dict, name: str) -> str:
 
 
 def table(results: list[dict]) -> list[str]:
-    levels = sorted({int(k[len("qps_c"):]) for r in results for k in r if k.startswith("qps_c")})
+    levels = sorted({int(m.group(1)) for r in results for k in r if (m := re.fullmatch(r"qps_c(\d+)", k))})
     lines = ["| backend | store | docs | ingest docs/s | BM25 p50 / p95 ms | dense p50 / p95 ms | hybrid p50 / p95 ms | "
              "native hybrid p50 / p95 ms | q/s at concurrency " + " / ".join(map(str, levels)) + " | peak RSS MB |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -521,6 +522,9 @@ def main() -> None:
             failed.append(backend)
             continue
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        # kept as each backend finishes, so that nothing measured is lost if a later step fails
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
     elapsed = time.perf_counter() - started
     if not results:
         sys.exit(f"every backend failed: {', '.join(failed)}")

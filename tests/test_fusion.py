@@ -392,7 +392,8 @@ def test_list_without_any_score_counts_as_constant():
 @pytest.mark.parametrize("normalization", ["min_max", "z_score", "dbsf", "none"])
 def test_fused_copies_are_independent_read_only_documents(normalization):
     # fusion builds its copies without Document's copy of the metadata (owned_document): they must still be
-    # plain, read-only Documents that share no mutable state with the inputs
+    # plain Documents whose top-level metadata is read-only and separate from the inputs' (nested values are
+    # shared, as Document(...) shares them)
     nested = {"section": ["intro"]}
     bm25 = [Document(id="a", content="x", metadata={"score": 3.0, "tags": nested}), doc("b", 1.0)]
     vector = [doc("b", 0.9), doc("a", 0.1)]
@@ -401,8 +402,16 @@ def test_fused_copies_are_independent_read_only_documents(normalization):
     with pytest.raises(TypeError):
         fused[0].metadata["score"] = 0.0  # type: ignore[index]
     assert bm25[0].metadata["score"] == 3.0 and "branches" not in bm25[0].metadata  # inputs untouched
+    assert next(d for d in fused if d.id == "a").metadata["tags"] == nested
     again = WeightedScoreFusion(normalization=normalization).fuse({"bm25": bm25, "vector": vector}, k=2)
-    assert fused == again and fused[0].metadata is not again[0].metadata
+    assert fused == again
+
+
+def test_branches_may_be_any_iterable_read_once():
+    docs = [doc("a", 2.0), doc("b", 1.0), doc("a", 0.5)]
+    from_lists = ReciprocalRankFusion().fuse({"bm25": docs}, k=None)
+    from_generators = ReciprocalRankFusion().fuse({"bm25": (d for d in docs)}, k=None)
+    assert [d.id for d in from_generators] == [d.id for d in from_lists] == ["a", "b"]
 
 
 def test_a_document_subclass_keeps_its_type_through_fusion():

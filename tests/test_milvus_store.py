@@ -331,8 +331,8 @@ async def test_get_delete_and_ties(lite_store):
 
 @pytest.mark.anyio
 async def test_ties_at_the_cut_are_ordered_by_id_however_many_there_are(lite_store):
-    # 40 documents tie (same vector, same text) behind 2 better ones: more than any fixed slack past k,
-    # so the store must widen its search until the tie ends to return the lowest ids
+    # 40 documents tie at the top (same vector, same text; two others score lower): more than any fixed slack
+    # past k, so the store must widen its search until the tie ends to return the lowest ids
     ids = [f"t{n:02d}" for n in range(40)]
     tied = [Document(id=i, content="same words here") for i in reversed(ids)]
     best = [Document(id="zz-best", content="same words here same words here"),

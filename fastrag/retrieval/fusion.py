@@ -191,9 +191,10 @@ class _Fusion:
 
 
 def _distinct(docs: Sequence[Document]) -> list[Document]:
+    docs = list(docs)  # read once, whatever iterable a caller passed
     ids = [doc.id for doc in docs]
     if len(set(ids)) == len(ids):  # the usual case: a store never returns an id twice
-        return list(docs)
+        return docs
     seen: set[str] = set()
     out = []
     for doc_id, doc in zip(ids, docs, strict=True):

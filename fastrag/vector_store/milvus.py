@@ -1311,7 +1311,7 @@ class MilvusVectorStore:
         if not np.any(query):
             raise InvalidParameterError("query embedding is all zeros; cosine similarity is undefined")
         hits = await self._search(query.tolist(), VECTOR_FIELD, "COSINE", k, expression)
-        return _ranked([(max(-1.0, min(1.0, score)), doc) for score, doc in hits], k)
+        return _ranked([(_cosine_score(score), doc) for score, doc in hits], k)
 
     async def search_text(self, query: str, *, k: int, filter: FilterLike | MilvusExpr | None = None) -> list[Document]:  # noqa: A002
         """BM25 search (Milvus's BM25 function): the ``k`` best documents sharing a term with ``query``.
@@ -1343,7 +1343,7 @@ class MilvusVectorStore:
             return []
         hits = await self._search(query, SPARSE_FIELD, "BM25", k, expression)
         # milvus-lite reports BM25 as a negative distance, Milvus as a positive score: BM25 is never negative.
-        return _ranked([(abs(score), doc) for score, doc in hits if score != 0], k)
+        return _ranked([(v, doc) for score, doc in hits if (v := _bm25_score(score)) is not None], k)
 
     async def _search(self, data: Any, field: str, metric: str, k: int, expression: str) -> list[tuple[float, Document]]:
         """``(distance, document)`` hits best first, enough for :func:`_ranked` to cut at ``k`` (see
@@ -1357,19 +1357,27 @@ class MilvusVectorStore:
             )
             return result[0] if result else []
 
-        return [(float(hit["distance"]), _document(hit["entity"])) for hit in await self._settled_page(page, k)]
+        found = await self._settled_page(page, k, score=_bm25_score if metric == "BM25" else _cosine_score)
+        return [(float(hit["distance"]), _document(hit["entity"])) for hit in found]
 
     @staticmethod
-    async def _settled_page(page: Callable[[int], Awaitable[list[Any]]], k: int) -> list[Any]:
+    async def _settled_page(
+        page: Callable[[int], Awaitable[list[Any]]],
+        k: int,
+        *,
+        score: Callable[[float], float | None],
+        first: int = 1,
+    ) -> list[Any]:
         """The raw hits of ``page(limit)`` (best first) once they hold ``k`` distinct ids, when that many
-        match, and every hit whose distance equals the ``k``-th distinct one's, so that equal scores at the
-        cut can be ordered by id. The first page asks for ``k + 1`` hits (one more than needed shows whether
+        match, and every hit whose score equals the ``k``-th distinct one's, so that equal scores at the cut
+        can be ordered by id. ``score`` maps a hit's distance to the score the caller ranks by (``None``: the
+        caller drops the hit). The first page asks for ``k + first`` hits (one more than needed shows whether
         a tie runs past the cut); a wider one is asked for only while a tie does, or while repeated ids
         leave fewer than ``k``."""
-        limit = min(k + 1, MAX_TOP_K)
+        limit = min(k + first, MAX_TOP_K)
         while True:
             found = await page(limit)
-            if len(found) < limit or limit >= MAX_TOP_K or _cut_is_settled(found, k):
+            if len(found) < limit or limit >= MAX_TOP_K or _cut_is_settled(found, k, score):
                 return found
             limit = min(max(2 * limit, k + _TIE_SLACK), MAX_TOP_K)
 
@@ -1461,13 +1469,15 @@ class MilvusVectorStore:
             return result[0] if result else []
 
         async def run_hybrid() -> None:
-            found = await self._settled_page(hybrid_page, k)
+            # RRF gives a document found by one leg at rank r the same score as one found by the other leg at
+            # rank r, so ties at the cut are common: the first page already asks for _TIE_SLACK more
+            found = await self._settled_page(hybrid_page, k, score=float, first=_TIE_SLACK)
             fused.extend((float(h["distance"]), _document(h["entity"])) for h in found)
 
         async def run_leg(name: str, data: Any, field: str, metric: str, expression: str) -> None:
             hits = await self._search(data, field, metric, leg_k, expression)
             if metric == "BM25":
-                hits = [(abs(s), d) for s, d in hits if s != 0]
+                hits = [(v, d) for s, d in hits if (v := _bm25_score(s)) is not None]
             # the server ranks each leg by score alone; ids order equal scores here, as everywhere
             legs[name] = _ranked(hits, leg_k)
 
@@ -1531,14 +1541,28 @@ def _document(row: Mapping[str, Any]) -> Document:
     return Document(id=str(row[ID_FIELD]), content=row.get(CONTENT_FIELD) or "", metadata=metadata or {})
 
 
-def _cut_is_settled(found: Sequence[Mapping[str, Any]], k: int) -> bool:
-    """Whether a full page of raw hits (best first) holds ``k`` distinct ids and the hits past the ``k``-th
-    distinct one score differently from it (so no hit tied with it was left out of the page)."""
+def _cosine_score(distance: float) -> float:
+    """The score a dense hit ranks by: Milvus's COSINE, clamped to [-1, 1] (float error can pass 1)."""
+    return max(-1.0, min(1.0, distance))
+
+
+def _bm25_score(distance: float) -> float | None:
+    """The score a BM25 hit ranks by (milvus-lite reports it negated), or ``None`` for 0 (such a hit is dropped)."""
+    return abs(distance) if distance != 0 else None
+
+
+def _cut_is_settled(found: Sequence[Mapping[str, Any]], k: int, score: Callable[[float], float | None]) -> bool:
+    """Whether a full page of raw hits (best first) needs no wider search: it holds ``k`` distinct kept ids
+    and a hit past the ``k``-th scores differently from it (no hit tied with it was left out of the page),
+    or it reaches hits the caller drops (``score`` gives ``None``; every hit after them is dropped too)."""
     seen: set[str] = set()
     for position, hit in enumerate(found):
+        value = score(float(hit["distance"]))
+        if value is None:
+            return True
         seen.add(str(hit["entity"][ID_FIELD]))
         if len(seen) == k:
-            return float(found[-1]["distance"]) != float(hit["distance"]) and position < len(found) - 1
+            return position < len(found) - 1 and score(float(found[-1]["distance"])) != value
     return False
 
 
