@@ -169,7 +169,10 @@ async def open_milvus(tmp: Path, embedder):
     s = Setup()
     s.label = "milvus-lite (in-process)"
     path = tmp / "bench.db"
-    async with MilvusVectorStore.from_url(f"milvus-lite:///{path}?collection=bench", embedding_model=STATIC) as store:
+    # timeout=120: on 200,000 chunks the first search after the ingest (milvus-lite loads the new segments and
+    # builds their indexes then) took longer than the store's default 10 s
+    async with MilvusVectorStore.from_url(f"milvus-lite:///{path}?collection=bench&timeout=120",
+                                          embedding_model=STATIC) as store:
         s.vector_store = s.lexical_store = store
         s.lexical_label = "Milvus BM25"
         s.native_hybrid = MilvusHybridRetriever(store, embedder)
