@@ -407,17 +407,19 @@ def write_outputs(rows: list[dict], out: Path, args: argparse.Namespace, elapsed
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", nargs="+", default=["scifact", "xquad-en"])
-    parser.add_argument("--models", nargs="+", default=[STATIC, MINILM])
+    parser.add_argument("--datasets", nargs="+", default=["scifact", "xquad-en"],
+                        help="datasets under ../shared/datasets (scifact, xquad-en, xquad-de, ...)")
+    parser.add_argument("--models", nargs="+", default=[STATIC, MINILM], help="embedders for the dense and hybrid runs")
     parser.add_argument("--stores", nargs="*", default=["qdrant", "milvus", "opensearch"],
                         help="other stores with BM25 (Chroma has none)")
-    parser.add_argument("--peers", nargs="*", default=list(PEERS))
+    parser.add_argument("--peers", nargs="*", default=list(PEERS), help=f"peers to run (default: {' '.join(PEERS)})")
     parser.add_argument("--peer-timeout", type=float, default=1800, help="seconds per peer and dataset")
     parser.add_argument("--peer-models", nargs="*", default=None, help="models the peers use (default: --models)")
-    parser.add_argument("--max-docs", type=int)
-    parser.add_argument("--max-queries", type=int)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "quality.md")
-    parser.add_argument("--no-chart", action="store_true")
+    parser.add_argument("--max-docs", type=int, help="a slice: at most this many documents (those judged first)")
+    parser.add_argument("--max-queries", type=int, help="a slice: at most this many queries (a seeded sample)")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "quality.md",
+                        help="the markdown report (JSON and PNG go beside it); default: benchmarks/results/quality.md")
+    parser.add_argument("--no-chart", action="store_true", help="write no PNG chart")
     parser.add_argument("--smoke", action="store_true",
                         help="CI: 200 SciFact docs, 20 queries, the static model, SQLite only, no peers")
     args = parser.parse_args()

@@ -405,20 +405,30 @@ def table(results: list[dict], concurrency: list[int]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpora", nargs="+", default=["scifact", "synthetic"])
-    parser.add_argument("--synthetic-size", type=int, default=200_000)
+    parser.add_argument("--corpora", nargs="+", choices=["scifact", "synthetic"], default=["scifact", "synthetic"],
+                        help="which corpora to measure, each in its own process (default: both)")
+    parser.add_argument("--synthetic-size", type=int, default=200_000, help="chunks in the synthetic corpus")
     parser.add_argument("--scifact-docs", type=int, default=None, help="a slice of SciFact (default: all)")
     parser.add_argument("--queries", type=int, default=300, help="distinct queries (SciFact test, at most 300)")
     parser.add_argument("--qps-queries", type=int, default=300, help="queries per throughput measurement")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64],
+                        help="queries in flight for the queries/s measurements (each >= 1)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions per query for the overhead ratio")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "speed.md")
-    parser.add_argument("--smoke", action="store_true", help="CI: 200 SciFact docs, 2,000 synthetic chunks, 20 queries")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "speed.md",
+                        help="the markdown report (the JSON goes beside it); default: benchmarks/results/speed.md")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI: a SciFact slice (200 documents plus those judged for the queries), 2,000 synthetic "
+                             "chunks, 20 queries, 1 repeat")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS/OMP threads in the measuring process (default 1: on a small shared machine a "
                              "multi-threaded matrix-vector product stalls for milliseconds waiting for a busy core)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for name in ("synthetic_size", "queries", "qps_queries", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if min(args.concurrency) < 1:
+        parser.error("--concurrency values must be at least 1")
     if args.smoke:
         args.synthetic_size, args.scifact_docs = min(args.synthetic_size, 2000), args.scifact_docs or 200
         args.queries, args.qps_queries, args.repeat = 20, 64, 1

@@ -484,18 +484,22 @@ def main() -> None:
                         help=f"comma-separated, from {', '.join(BACKENDS)} (default: all)")
     parser.add_argument("--corpus", choices=["scifact", "synthetic"], default="scifact",
                         help="SciFact, or speed.py's synthetic corpus (--synthetic-size chunks, random vectors)")
-    parser.add_argument("--synthetic-size", type=int, default=200_000)
+    parser.add_argument("--synthetic-size", type=int, default=200_000, help="chunks in the synthetic corpus")
     parser.add_argument("--dense-only", default="",
                         help="comma-separated backends whose BM25 is indexed but not searched (Qdrant local mode scores "
                              "BM25 in Python: 0.4 s a query over 5,183 documents)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64],
+                        help="queries in flight for the queries/s measurements (each >= 1)")
     parser.add_argument("--qps-queries", type=int, default=64, help="queries per throughput measurement")
     parser.add_argument("--scifact-docs", type=int, default=None, help="a slice of SciFact (default: all)")
     parser.add_argument("--queries", type=int, default=100, help="distinct queries (SciFact test, at most 300)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="repetitions per query for the overhead ratio (1 for calls over 50 ms)")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "speed-backends.md")
-    parser.add_argument("--smoke", action="store_true", help="CI: 200 SciFact docs, 10 queries, 1 repeat")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "speed-backends.md",
+                        help="the markdown report (the JSON goes beside it); default: benchmarks/results/speed-backends.md")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI: a SciFact slice (200 documents plus those judged for the queries) or 2,000 synthetic "
+                             "chunks, 10 queries, 1 repeat")
     parser.add_argument("--blas-threads", type=int, default=1, help="as in speed.py")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -503,6 +507,14 @@ def main() -> None:
         args.scifact_docs, args.queries, args.repeat = args.scifact_docs or 200, 10, 1
         args.synthetic_size, args.qps_queries = min(args.synthetic_size, 2000), 16
     args.dense_only = {b.strip() for b in args.dense_only.split(",") if b.strip()}
+    if args.dense_only - set(BACKENDS):
+        parser.error(f"unknown --dense-only backends {sorted(args.dense_only - set(BACKENDS))}; "
+                     f"choose from {', '.join(BACKENDS)}")
+    for name in ("synthetic_size", "queries", "qps_queries", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if min(args.concurrency) < 1:
+        parser.error("--concurrency values must be at least 1")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown:
@@ -545,7 +557,7 @@ def main() -> None:
         + (f"; BM25 indexed but not searched on {', '.join(sorted(args.dense_only))}" if args.dense_only else "")
         + "; queries/s: the hybrid (or the only branch) with that many queries in flight on one store; "
         f"hybrid = the shipped `HybridRetriever([VectorRetriever, "
-        f"BM25Retriever])` (`candidate_k={next((r['hybrid_candidate_k'] for r in results if 'hybrid_candidate_k' in r), '?')}`); "
+        f"BM25Retriever])` (`candidate_k={next((r['hybrid_candidate_k'] for r in results if 'hybrid_candidate_k' in r), 'none ran')}`); "
         f"BLAS threads: {args.blas_threads or 'library default'}. Overhead: fastrag's best of up to {args.repeat} "
         f"against the direct call's best of as many, per query, median − 1. Load average (1, 5, 15 min) at the "
         f"start: {load_start[0]:.1f}, {load_start[1]:.1f}, {load_start[2]:.1f}; at the end: "
