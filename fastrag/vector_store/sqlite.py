@@ -644,26 +644,37 @@ class SQLiteVectorStore:
                 return []
         return _ranked_rows(conn, scores, candidates, k)
 
+    def _cached(self, slot: str, lock: threading.Lock, generation: int, load: Callable[[], tuple[Any, ...]]) -> Any:
+        """The cache in attribute ``slot`` (a tuple led by its generation) for the state whose generation is
+        ``generation``, built by ``load()`` (the rest of the tuple) when the cache holds another one. One reader
+        loads under ``lock``; the others of the same generation wait and reuse it. A reader of an older
+        snapshot gets its own load and never replaces a newer cache."""
+        cached = getattr(self, slot)
+        if cached[0] == generation:
+            return cached
+        with lock:
+            cached = getattr(self, slot)
+            if cached[0] == generation:
+                return cached
+            loaded = (generation, *load())
+            if generation > cached[0]:
+                setattr(self, slot, loaded)
+            return loaded
+
     def _load_lengths(self, conn: sqlite3.Connection, generation: int) -> tuple[int, np.ndarray, int, float]:
         """``(generation, lengths, n_docs, avgdl)``: document lengths in terms indexed by rowid, the document
         count and the mean length (BM25's avgdl) of the state whose generation is ``generation``."""
-        cached = self._lengths
-        if cached[0] == generation:
-            return cached
-        with self._lengths_lock:  # one reader loads; the others of the same generation wait and reuse it
-            cached = self._lengths
-            if cached[0] == generation:
-                return cached
+
+        def load() -> tuple[np.ndarray, int, float]:
             rows = conn.execute("SELECT rowid, n_terms FROM documents").fetchall()
             top = max((r[0] for r in rows), default=0)
             lengths = np.zeros(top + 1, dtype=np.float64)
             for rowid, n in rows:
                 lengths[rowid] = n
             total = float(lengths.sum())
-            loaded = (generation, lengths, len(rows), total / len(rows) if rows and total > 0 else 1.0)
-            if generation > cached[0]:  # a reader of an older snapshot never replaces a newer cache
-                self._lengths = loaded
-            return loaded
+            return lengths, len(rows), total / len(rows) if rows and total > 0 else 1.0
+
+        return self._cached("_lengths", self._lengths_lock, generation, load)
 
     async def search_vector(
         self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None  # noqa: A002
@@ -715,13 +726,8 @@ class SQLiteVectorStore:
     def _load_vectors(self, conn: sqlite3.Connection, generation: int) -> tuple[int, np.ndarray, np.ndarray]:
         """``(generation, matrix, rowids)``: the L2-normalised ``(n, dim)`` float32 vectors of the state
         whose generation is ``generation``, and their rowids."""
-        cached = self._vectors
-        if cached[0] == generation:
-            return cached
-        with self._vectors_lock:  # one reader loads; the others of the same generation wait and reuse it
-            cached = self._vectors
-            if cached[0] == generation:
-                return cached
+
+        def load() -> tuple[np.ndarray, np.ndarray]:
             rows = conn.execute("SELECT rowid, embedding FROM documents WHERE embedding IS NOT NULL").fetchall()
             if rows:
                 raw = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
@@ -733,10 +739,9 @@ class SQLiteVectorStore:
                 matrix = np.zeros((0, self.dimension or 0), dtype=np.float32)
             rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             matrix.flags.writeable = rowids.flags.writeable = False  # shared by concurrent readers
-            loaded = (generation, matrix, rowids)
-            if generation > cached[0]:  # a reader of an older snapshot never replaces a newer cache
-                self._vectors = loaded
-            return loaded
+            return matrix, rowids
+
+        return self._cached("_vectors", self._vectors_lock, generation, load)
 
 
 def _in_snapshot(conn: sqlite3.Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
