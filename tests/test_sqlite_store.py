@@ -16,7 +16,7 @@ import anyio
 import numpy as np
 import pytest
 
-import fastrag.vector_store.sqlite as sqlite_module
+import fastrag.vector_store.sqlite.store as sqlite_module
 from fastrag.analysis import Analyzer
 from fastrag.errors import BackendError, BackendUnavailableError, ConfigurationError, InvalidParameterError
 from fastrag.filters import field
