@@ -104,7 +104,8 @@ async def test_failed_write_leaves_previous_state():
 
 
 class _FailingConnection:
-    """Delegates to a real connection, but fails the n-th postings insert like a full disk would."""
+    """Delegates to a real connection, but fails the n-th postings insert like a full disk would (the
+    documents and their block are written by then)."""
 
     def __init__(self, conn, fail_at: int) -> None:
         self._conn, self._left = conn, fail_at
@@ -128,7 +129,7 @@ async def test_failure_mid_transaction_leaves_the_previous_state():
     async with SQLiteVectorStore() as store:
         await store.upsert([Document(id="a", content="first version")], embeddings=np.ones((1, 4), dtype=np.float32))
         real = store._conn
-        store._conn = _FailingConnection(real, fail_at=3)  # rows 1 and 2 are written, row 3 fails
+        store._conn = _FailingConnection(real, fail_at=1)  # documents and vectors are written, the postings fail
         batch = [Document(id="a", content="second version"), Document(id="b", content="bee"),
                  Document(id="c", content="sea")]
         with pytest.raises(BackendError, match="disk is full"):
@@ -311,21 +312,21 @@ GATED_VECTORS = np.random.default_rng(7).random((20, 8), dtype=np.float32) + 0.1
 
 
 class Gate:
-    """Makes the SQL filter function block once, on the first row with ``gate`` true, until released, so
-    one read is provably in flight inside SQLite (in its read transaction, on its connection)."""
+    """Makes the store's filter evaluation block once, on the first filtered read, until released, so one
+    read is provably in flight (inside its read transaction, on its connection)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.entered, self.released = threading.Event(), threading.Event()
         once = threading.Lock()
-        real = sqlite_module.matches
+        real = sqlite_module.filter_mask
 
-        def gated(node, metadata):  # noqa: ANN001, ANN202
-            if metadata.get("gate") and once.acquire(blocking=False):  # only the first such call blocks
+        def gated(node, n, column):  # noqa: ANN001, ANN202
+            if once.acquire(blocking=False):  # only the first call blocks
                 self.entered.set()
                 self.released.wait(30)
-            return real(node, metadata)
+            return real(node, n, column)
 
-        monkeypatch.setattr(sqlite_module, "matches", gated)
+        monkeypatch.setattr(sqlite_module, "filter_mask", gated)
 
     async def wait_entered(self) -> None:
         assert await anyio.to_thread.run_sync(self.entered.wait, 20), "the gated read never started"
@@ -468,8 +469,8 @@ def test_read_connections_must_be_a_positive_int(tmp_path):
 
 @pytest.mark.anyio
 async def test_a_write_by_another_connection_is_seen_even_without_fastrag(tmp_path):
-    """The cache key is raised by triggers in the file, so a writer that is not this store (an older
-    fastrag, a script) still invalidates the cached vectors and BM25 statistics."""
+    """A delete is recorded by a trigger in the file (a tombstone and a new generation), so a writer that
+    is not this store (a script) still invalidates the cached vectors and BM25 statistics."""
     path = tmp_path / "foreign.db"
     async with SQLiteVectorStore(path) as store:
         await store.upsert(GATED, embeddings=GATED_VECTORS)
@@ -477,7 +478,6 @@ async def test_a_write_by_another_connection_is_seen_even_without_fastrag(tmp_pa
         assert len(await store.search_text("solar", k=50)) == 20
         other = sqlite3.connect(path, isolation_level=None)
         try:
-            other.execute("DELETE FROM postings WHERE doc IN (SELECT rowid FROM documents WHERE id >= 'd10')")
             other.execute("DELETE FROM documents WHERE id >= 'd10'")
         finally:
             other.close()

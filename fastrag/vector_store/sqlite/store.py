@@ -1,54 +1,49 @@
 """The embedded default store: one SQLite file with documents, metadata, vectors and a BM25 index.
 
 ``SQLiteVectorStore`` implements both :class:`~fastrag.protocols.VectorStore` (exact cosine k-NN with
-numpy) and :class:`~fastrag.protocols.LexicalStore` (BM25 over a postings table in the
-same database), so one open
-store serves both branches of a hybrid retriever. It needs no server and nothing beyond the standard
-library and numpy.
+numpy) and :class:`~fastrag.protocols.LexicalStore` (BM25), so one open store serves both branches of a
+hybrid retriever. It needs no server and nothing beyond the standard library and numpy.
 
-Design:
+Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded store at scale"):
 
-- **BM25** is Lucene's: ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, k1 = 1.2, b = 0.75 (Robertson &
-  Zaragoza 2009; Lucene ``BM25Similarity``), over the terms of :class:`~fastrag.analysis.Analyzer`
-  (stemmed, stopwords removed, CJK bigrams), the same analysis on both sides. The inverted index is a
-  plain SQLite table of postings ``(term, doc, tf)`` (a clustered B-tree, written in the same transaction
-  as the documents). SQLite's FTS5 was measured and rejected: its ``bm25()`` clamps the IDF of any term
-  found in more than half of the documents to 1e-6, so on a small store every score collapses to noise;
-  Python's ``sqlite3`` cannot register another FTS5 ranking function; and reading term statistics
-  through ``fts5vocab`` made SciFact queries three times slower than the postings table. Only documents
-  sharing at least one term with the query are scored. A search reads the postings of its terms with one
-  aggregate row per term (document frequency and ``group_concat`` of ``doc,tf`` pairs), parsed by numpy,
-  instead of one Python tuple per posting: half the time on SciFact, and SQLite does that work without
-  holding Python's GIL, so the other branch of a hybrid runs meanwhile.
+- **Storage**: ``documents(rowid, id, content, metadata)`` holds what a search returns. Every write
+  also appends one *block* (the rowids it wrote, their BM25 lengths and their L2-normalised vectors as
+  one float32 matrix; :mod:`.snapshot`) and one BM25 *segment* (per term, the rowids and term
+  frequencies as packed arrays; :mod:`.lexical`), all in one transaction. Rowids are never reused: an
+  update writes a new version under a new rowid and tombstones the old one, so every block and posting
+  stays valid for the life of the file.
+- **BM25** is Lucene's (``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, k1 = 1.2, b = 0.75; Robertson &
+  Zaragoza 2009) over the terms of :class:`~fastrag.analysis.Analyzer`, the same analysis on both sides.
+  A search reads, for each query term, one packed row per segment (a few rows, whatever the corpus
+  size) and scores with numpy into a dense array by rowid. Segments are merged ten at a time into the
+  next level by the writer after its commit (a tiered policy; merges drop deleted documents' postings).
+  SQLite's FTS5 was measured and rejected earlier: its ``bm25()`` clamps the IDF of any term found in
+  more than half the documents; one ``(term, doc, tf)`` row per posting, the previous design, cost about
+  480 ns per posting to read and made a 300,000-chunk search 12-19x slower than bm25s.
 - **Languages**: a document whose ``metadata["language"]`` is set is analysed with that language's
-  Snowball stemmer (:meth:`~fastrag.analysis.Analyzer.for_language`; no stemmer for Chinese, Japanese,
-  Korean and other languages Snowball lacks; CJK runs are segmented into bigrams in every language), one
-  without with the store's analyzer (English by default). ``search_text(..., language="de")`` analyses the
-  question in German; without ``language`` it uses the store's analyzer, as before. A store file created
-  before this existed and already holding documents with a language keeps analysing everything with the
-  store's analyzer (recorded as ``language_analysis = "store"``), so its old postings stay consistent;
-  index into a new store to get per-language analysis.
-- **k-NN** is exact: the vectors of the documents that pass the filter are scored with one matrix product.
-  The filter is applied before ranking, so a filtered top-k is never short while enough documents match.
-- **Filters** are evaluated inside SQLite by a registered function that runs :func:`fastrag.filters.matches`
-  on each row's metadata. The store therefore has exactly the reference semantics by construction (type
-  rules, missing keys, ISO-8601 dates), which a translation to ``json_extract`` SQL could not guarantee.
+  Snowball stemmer (:meth:`~fastrag.analysis.Analyzer.for_language`); one without with the store's
+  analyzer (English by default). ``search_text(..., language="de")`` analyses the question in German.
+- **k-NN** is exact: one matrix product over the vectors, which a reader keeps in memory as one float32
+  matrix (the read-only floor: the scan reads each vector once). Documents without a vector, deleted
+  ones and (with a filter) non-matching ones are masked out before the top-k cut, so a filtered top-k is
+  never short while enough documents match.
+- **Filters** are evaluated on in-memory columns of the metadata (:mod:`.columns`), one per key, built
+  on first use and extended as documents are added, with exactly the reference semantics of
+  :func:`fastrag.filters.matches`: a filter costs one vectorised mask, not a scan with a JSON parse per row.
 - **Writes** are single transactions: an interrupted upsert or delete leaves the previous state. File
   databases use the WAL journal. Writes run in a worker thread on one writer connection, one at a time.
 - **Reads** (``search_vector``, ``search_text``, ``get``, ``count``) on a file run on a bounded pool of
-  read-only connections (``read_connections``, default ``min(4, os.cpu_count())``, opened on demand), so
-  reads run concurrently with each other and with a write: the two branches of a hybrid retriever search
-  at the same time, and a write never waits for a search (WAL: readers and the writer do not block each
-  other). Each call is one read transaction, so it sees one committed state (a snapshot) even while this
-  store, another store or another process writes. A read does its SQL and numpy work in one worker thread.
-  ``":memory:"`` (and ``""``, a private temporary database) cannot be shared between connections: such a
-  store keeps one connection and runs every call on it, one at a time. Concurrency needs a file.
-- **Caches**: the normalised vector matrix and the BM25 document lengths are kept in memory between reads,
-  keyed by a generation number the database itself keeps (``meta.generation``, raised by a trigger on
-  every inserted, updated or deleted document, in the same transaction, by any writer). A read compares
-  its snapshot's generation with the cache's and reloads from its own snapshot when they differ, so it
-  never scores with vectors or statistics of another state; a cache is replaced only by a newer
-  generation, as one immutable object.
+  read-only connections (``read_connections``, default ``min(4, os.cpu_count())``), so reads run
+  concurrently with each other and with a write (WAL). Each call is one read transaction, so it sees one
+  committed state (a snapshot) even while this store, another store or another process writes.
+  ``":memory:"`` (and ``""``) cannot be shared between connections: such a store keeps one connection.
+- **Caches**: the vectors, BM25 lengths and liveness of the newest state a read has seen are kept in
+  memory (:class:`~.snapshot.Snapshot`), named by the generation the database keeps (``meta.generation``,
+  raised by every write in its own transaction). A read of a newer state extends them by the blocks and
+  tombstones written since (a commit of 10 documents costs readers 10 documents, not a reload); a read of
+  an older state than the cache derives its own view. So a read never scores with another state's data.
+- **Old files**: a store written by fastrag before this layout (schema 2: one postings row per term and
+  document) is migrated in place when opened, in one transaction (an interruption leaves the old file).
 - **Errors**: a busy or locked database (another process holds the write lock past the 5 s busy timeout)
   raises :class:`~fastrag.errors.TransientBackendError`, which :mod:`fastrag.retry` may retry; any other
   SQLite failure raises :class:`~fastrag.errors.BackendError`. Text that is not valid Unicode (a lone
@@ -59,13 +54,11 @@ Design:
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,68 +74,54 @@ from fastrag.errors import (
     InvalidParameterError,
     TransientBackendError,
 )
-from fastrag.filters import Filter, FilterLike, dump_filter, matches, parse_filter
+from fastrag.filters import Filter, FilterLike, matches, parse_filter
 from fastrag.models import RANK, SCORE, Document, owned_document
 from fastrag.retrieval._validation import check_positive_int
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import check_dimension, check_k, check_query_vector, check_unique_ids
+from fastrag.vector_store.sqlite import lexical, snapshot
+try:
+    from fastrag.vector_store.sqlite._columns_stub import MISSING, Column, filter_mask
+except ImportError:  # TEMPORARY until columns.py lands
+    from fastrag.vector_store.sqlite._columns_stub import MISSING, Column, filter_mask
+from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
 
 __all__ = ["SQLiteVectorStore"]
 
-_SCHEMA_VERSION = "2"
-_BM25_K1 = 1.2  # Lucene BM25Similarity defaults (Robertson & Zaragoza 2009 recommend k1 in [1.2, 2.0])
-_BM25_B = 0.75
+_SCHEMA_VERSION = "3"
+_BM25_K1 = lexical.BM25_K1  # read by benchmarks/speed.py's direct baseline
+_BM25_B = lexical.BM25_B
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLITE_BUSY
 _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
+_MAX_ROWID = 2**31 - 1  # rowids are packed as int32 in blocks and postings
+_BLOCK_ROWS = 65_536  # rows per block written by a compaction or a migration (a blob stays far below 1 GB)
+_IN_CHUNK = 10_000  # values bound per "IN (...)" list
 T = TypeVar("T")
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
     rowid INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
     content TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    embedding BLOB,
-    n_terms INTEGER NOT NULL DEFAULT 0
+    metadata TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS postings (
-    term TEXT NOT NULL,
-    doc INTEGER NOT NULL,
-    tf INTEGER NOT NULL,
-    PRIMARY KEY (term, doc)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS postings_doc ON postings (doc);
-INSERT OR IGNORE INTO meta VALUES ('generation', '0');
-CREATE TRIGGER IF NOT EXISTS documents_generation_insert AFTER INSERT ON documents BEGIN
+"""
+    + snapshot.BLOCKS_SCHEMA
+    + """
+CREATE TRIGGER IF NOT EXISTS documents_tombstone AFTER DELETE ON documents BEGIN
     UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
-END;
-CREATE TRIGGER IF NOT EXISTS documents_generation_update AFTER UPDATE ON documents BEGIN
-    UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
-END;
-CREATE TRIGGER IF NOT EXISTS documents_generation_delete AFTER DELETE ON documents BEGIN
-    UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
+    INSERT OR REPLACE INTO tombstones
+        SELECT old.rowid, CAST(value AS INTEGER) FROM meta WHERE key = 'generation';
 END;
 """
-# The generation is raised by triggers, so every writer raises it (an older fastrag, another process, a
-# script), inside its own transaction: a snapshot's generation names the committed state it sees.
-_GENERATION_SQL = "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'"
-# Per query term (in term order): its document frequency and its postings as one "doc,tf,doc,tf" string,
-# pairs kept together in one aggregate.
-_POSTINGS_SQL = (
-    "SELECT term, count(*), group_concat(doc || ',' || tf) FROM postings "
-    "WHERE term IN (SELECT value FROM json_each(?)) GROUP BY term"
+    + lexical.SCHEMA
 )
-
-
-@lru_cache(maxsize=256)
-def _parsed_filter(filter_json: str) -> Filter | None:
-    return parse_filter(filter_json)
-
-
-def _sql_match(filter_json: str, metadata_json: str) -> int:
-    return int(matches(_parsed_filter(filter_json), json.loads(metadata_json)))
+_GENERATION_SQL = "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'"
+# every write ends by raising the generation once more, so its state has a generation no other state has
+_BUMP_SQL = "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
 
 
 class SQLiteVectorStore:
@@ -206,13 +185,12 @@ class SQLiteVectorStore:
         self._idle: list[sqlite3.Connection] = []
         self._busy = 0
         self._opening = 0
-        # caches, each one immutable tuple replaced whole: (generation, ...); -1 is no generation
-        self._vectors_lock = threading.Lock()
-        self._lengths_lock = threading.Lock()
-        self._vectors: tuple[int, np.ndarray, np.ndarray] = (
-            -1, np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.int64)
-        )
-        self._lengths: tuple[int, np.ndarray, int, float] = (-1, np.zeros(1), 0, 1.0)
+        # the newest snapshot a read has seen, the arena its arrays live in, and the metadata columns
+        # (key -> (column by rowid, the generation from which it is valid)); replaced under _cache_lock
+        self._cache_lock = threading.Lock()
+        self._snapshot: Snapshot = EMPTY
+        self._arena: Arena | None = None
+        self._columns: dict[str, tuple[Column, int]] = {}
         self._conn = self._open()
         try:
             self.dimension: int | None = self._check_meta("dimension", dimension, int)
@@ -229,10 +207,9 @@ class SQLiteVectorStore:
         return f"SQLiteVectorStore({self.path!r})"
 
     def _connect(self, *, reader: bool) -> sqlite3.Connection:
-        """A connection with this store's settings: busy timeout, filter function, PRAGMAs."""
+        """A connection with this store's settings: busy timeout, PRAGMAs."""
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=_BUSY_TIMEOUT_S)
         try:
-            conn.create_function("fastrag_match", 2, _sql_match, deterministic=True)
             if not self._private:
                 conn.execute("PRAGMA synchronous=NORMAL")
             if reader:
@@ -252,12 +229,7 @@ class SQLiteVectorStore:
             try:
                 if not self._private:
                     conn.execute("PRAGMA journal_mode=WAL")  # persistent: the readers find the file in WAL mode
-                conn.executescript(_SCHEMA)
-                version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if version is None:
-                    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (_SCHEMA_VERSION,))
-                elif version[0] != _SCHEMA_VERSION:
-                    raise BackendUnavailableError(f"unsupported schema version {version[0]}", store=path)
+                _create_or_migrate(conn, path)
             except BaseException:
                 conn.close()
                 raise
@@ -345,21 +317,21 @@ class SQLiteVectorStore:
         return await anyio.to_thread.run_sync(call)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(conn, generation, *args)`` in one worker thread, inside one read transaction.
+        """Run ``fn(conn, snapshot, *args)`` in one worker thread, inside one read transaction.
 
-        Every statement ``fn`` runs on ``conn`` sees the same committed state (a snapshot), whose
-        generation is ``generation``. A file store takes a connection from the read pool; a private
+        Every statement ``fn`` runs on ``conn`` sees the same committed state, and ``snapshot`` is the
+        in-memory view of that state (:meth:`_snapshot_for`). A file store takes a connection from the read pool; a private
         (``":memory:"``) one uses its only connection under the lock.
         """
         if self._private:
-            return await self._run(lambda: _in_snapshot(self._conn, fn, args))
+            return await self._run(lambda: self._in_snapshot(self._conn, fn, args))
         return await anyio.to_thread.run_sync(self._pooled_read, fn, args)
 
     def _pooled_read(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         conn = self._checkout()
         healthy = False
         try:
-            result = _in_snapshot(conn, fn, args)
+            result = self._in_snapshot(conn, fn, args)
             healthy = True
             return result
         except sqlite3.Error as exc:
@@ -409,14 +381,75 @@ class SQLiteVectorStore:
         if not healthy:
             conn.close()
 
+    # ------------------------------------------------------------------ snapshots
+
+    def _in_snapshot(self, conn: sqlite3.Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """``fn(conn, snapshot, *args)`` inside one read transaction on ``conn``; rolled back after."""
+        conn.execute("BEGIN")
+        try:
+            # the first read starts the transaction's snapshot; the generation names the state it sees
+            generation = conn.execute(_GENERATION_SQL).fetchone()[0]
+            return fn(conn, self._snapshot_for(conn, generation), *args)
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")  # a read transaction: nothing to commit
+
+    def _snapshot_for(self, conn: sqlite3.Connection, generation: int) -> Snapshot:
+        """The in-memory view of the state ``conn``'s transaction sees, from the cache when it is that state.
+
+        A newer state extends the cache by what was written since and replaces it; an older one (a read
+        that began before another read refreshed the cache) gets a view of its own.
+        """
+        cached = self._snapshot
+        if cached.generation == generation:
+            return cached
+        with self._cache_lock:
+            cached = self._snapshot
+            if cached.generation == generation:
+                return cached
+            dim = self.dimension
+            if dim is None:  # fixed by another connection's first write
+                row = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+                dim = self.dimension = int(row[0]) if row else None
+            snap, arena, newer = snapshot.load(conn, generation, cached, self._arena, dim or 0)
+            if newer:
+                self._snapshot, self._arena = snap, arena
+            return snap
+
+    def _mask(self, conn: sqlite3.Connection, snap: Snapshot, node: Filter) -> np.ndarray:
+        """``(snap.size,)`` bool by rowid: live documents of ``snap`` that match ``node``."""
+        size = snap.size
+        mask = filter_mask(node, size, lambda key: self._column(conn, snap, key))
+        return mask & snap.live
+
+    def _column(self, conn: sqlite3.Connection, snap: Snapshot, key: str) -> Column:
+        """The values of metadata ``key`` by rowid for ``snap`` (at least ``snap.size`` rows)."""
+        cached = self._columns.get(key)
+        if cached is not None and len(cached[0]) >= snap.size and snap.generation >= cached[1]:
+            return cached[0]
+        with self._cache_lock:
+            cached = self._columns.get(key)
+            if cached is not None and snap.generation >= cached[1]:
+                column, valid_from = cached
+                if len(column) >= snap.size:
+                    return column
+                column = column.concat(_load_column(conn, key, len(column), snap.size))
+                # rows deleted before this state read as missing: valid for this state and later ones
+                self._columns[key] = (column, max(valid_from, snap.generation))
+                return column
+            column = _load_column(conn, key, 0, snap.size)
+            if cached is None or snap.generation >= cached[1]:
+                self._columns[key] = (column, snap.generation)
+            return column
+
     # ------------------------------------------------------------------ writes
 
     async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
         """Insert or replace ``documents`` by id in one transaction.
 
         Args:
-            documents: the documents; their ``content`` and ``metadata["title"]`` are indexed for BM25.
-                Metadata must be JSON-serialisable.
+            documents: the documents; their ``content``, ``metadata["title"]`` and section headings are
+                indexed for BM25. Metadata must be JSON-serialisable.
             embeddings: ``(len(documents), dim)`` float32 (other float dtypes are converted), finite.
                 ``None`` stores the documents without vectors: they are found by BM25 but not by k-NN.
 
@@ -430,23 +463,24 @@ class SQLiteVectorStore:
         if not docs:
             return
         check_unique_ids(docs)
-        blobs = self._embedding_blobs(embeddings, len(docs))
+        matrix = self._embedding_matrix(embeddings, len(docs))
         try:
-            rows = [
-                (d.id, d.content, metadata_json(d)[1], blob)
-                for d, blob in zip(docs, blobs, strict=True)
-            ]
+            rows = [(d.id, d.content, metadata_json(d)[1]) for d in docs]
         except RecursionError as exc:
             raise InvalidParameterError("document metadata nests too deeply to store") from exc
-        for doc_id, content, metadata, _ in rows:
+        for doc_id, content, metadata in rows:
             try:
                 doc_id.encode("utf-8"), content.encode("utf-8"), metadata.encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise InvalidParameterError(
                     f"document {doc_id!r} holds text that is not valid Unicode ({exc.reason}); nothing was written"
                 ) from exc
-        terms = await anyio.to_thread.run_sync(lambda: [self._index_terms(d) for d in docs])
-        await self._run(self._upsert_sync, rows, terms)
+
+        def analyse() -> list[Counter[str]]:
+            return [Counter(self._index_terms(d)) for d in docs]
+
+        counts = await anyio.to_thread.run_sync(analyse)
+        await self._run(self._upsert_sync, rows, counts, matrix)
 
     def _index_terms(self, doc: Document) -> list[str]:
         """BM25 terms of a document: its title, its section headings (below the title) and its content."""
@@ -458,49 +492,132 @@ class SQLiteVectorStore:
         parts.append(doc.content)
         return self._analyzer_for(doc.metadata.get("language")).analyze("\n".join(parts))
 
-    def _embedding_blobs(self, embeddings: np.ndarray | None, n: int) -> list[bytes | None]:
+    def _embedding_matrix(self, embeddings: np.ndarray | None, n: int) -> np.ndarray | None:
+        """The vectors as an ``(n, dim)`` float32 matrix, L2-normalised (zero rows stay zero)."""
         if embeddings is None:
-            return [None] * n
+            return None
         matrix = np.asarray(embeddings, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != n:
+        if matrix.ndim != 2 or matrix.shape[0] != n or matrix.shape[1] == 0:
             raise DimensionMismatchError(f"embeddings must have shape ({n}, dim), got {matrix.shape}")
         check_dimension(matrix.shape[1], self.dimension, store=self.path, what="embeddings have")
         if not np.isfinite(matrix).all():
             raise InvalidParameterError("embeddings contain NaN or infinity")
-        return [row.tobytes() for row in matrix]
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
-    def _upsert_sync(self, rows: list[tuple[str, str, str, bytes | None]], terms: list[list[str]]) -> None:
+    def _upsert_sync(self, rows: list[tuple[str, str, str]], counts: list[Counter[str]], matrix: np.ndarray | None) -> None:
         conn = self._conn
-        dims = {len(r[3]) // 4 for r in rows if r[3] is not None}
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if dims and self.dimension is None:
-                (dim,) = dims
-                conn.execute("INSERT OR REPLACE INTO meta VALUES ('dimension', ?)", (str(dim),))
-            for (doc_id, content, metadata, blob), doc_terms in zip(rows, terms, strict=True):
-                old = conn.execute("SELECT rowid FROM documents WHERE id = ?", (doc_id,)).fetchone()
-                if old is not None:
-                    conn.execute("DELETE FROM postings WHERE doc = ?", old)
-                    conn.execute(
-                        "UPDATE documents SET content = ?, metadata = ?, embedding = ?, n_terms = ? WHERE rowid = ?",
-                        (content, metadata, blob, len(doc_terms), old[0]),
-                    )
-                    rowid = old[0]
-                else:
-                    rowid = conn.execute(
-                        "INSERT INTO documents (id, content, metadata, embedding, n_terms) VALUES (?, ?, ?, ?, ?)",
-                        (doc_id, content, metadata, blob, len(doc_terms)),
-                    ).lastrowid
-                conn.executemany(
-                    "INSERT INTO postings (term, doc, tf) VALUES (?, ?, ?)",
-                    [(term, rowid, tf) for term, tf in Counter(doc_terms).items()],
-                )
+            if matrix is not None:
+                stored = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+                check_dimension(matrix.shape[1], int(stored[0]) if stored else None, store=self.path, what="embeddings have")
+                if stored is None:
+                    conn.execute("INSERT INTO meta VALUES ('dimension', ?)", (str(matrix.shape[1]),))
+            old = _rowids_of(conn, [r[0] for r in rows])
+            if old:
+                _delete_rows(conn, sorted(old.values()))
+            first = _meta_int(conn, "next_rowid")
+            rowids = list(range(first, first + len(rows)))
+            if rowids[-1] > _MAX_ROWID:
+                raise BackendError(f"the store has used all {_MAX_ROWID} row ids; copy it into a new store", store=self.path)
+            conn.executemany(
+                "INSERT INTO documents (rowid, id, content, metadata) VALUES (?, ?, ?, ?)",
+                [(r, *row) for r, row in zip(rowids, rows, strict=True)],
+            )
+            lengths = np.array([c.total() for c in counts], dtype=np.int64)
+            has_vector = np.zeros(len(rows), dtype=bool) if matrix is None else matrix.any(axis=1)
+            conn.execute(
+                "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
+                snapshot.encode_block(np.array(rowids), lengths, matrix, has_vector),
+            )
+            lexical.write_segment(conn, rowids, counts)
+            _set_meta(conn, "next_rowid", rowids[-1] + 1)
+            conn.execute(_BUMP_SQL)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        if dims and self.dimension is None:
-            (self.dimension,) = dims
+        if matrix is not None and self.dimension is None:
+            self.dimension = int(matrix.shape[1])
+        self._maintain()
+
+    def _maintain(self) -> None:
+        """After a write: merge BM25 segments (tiered, ``MERGE_FACTOR`` of one level into the next), and
+        compact everything when deleted rows outnumber live ones. Each step is a transaction of its own
+        that raises the generation, so readers pick up the new segment list; an interruption leaves the
+        state before that step, which is as correct (only less compact)."""
+        conn = self._conn
+        while True:
+            dead = conn.execute("SELECT count(*) FROM tombstones").fetchone()[0]
+            live = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+            if dead > max(live, 1000):
+                self._compact()
+                return
+            full = conn.execute(
+                "SELECT level FROM segments GROUP BY level HAVING count(*) >= ? ORDER BY level LIMIT 1",
+                (lexical.MERGE_FACTOR,),
+            ).fetchone()
+            if full is None:
+                return
+            level = full[0]
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                ids = [r[0] for r in conn.execute(
+                    "SELECT id FROM segments WHERE level = ? ORDER BY id LIMIT ?", (level, lexical.MERGE_FACTOR)
+                )]
+                if len(ids) == lexical.MERGE_FACTOR:  # another writer may have merged meanwhile
+                    lexical.merge_segments(conn, ids, level + 1, _dead_mask(conn))
+                    conn.execute(_BUMP_SQL)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def _compact(self) -> None:
+        """Rewrite every block and segment without the deleted rows, and forget the tombstones."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            dead = _dead_mask(conn)
+            blocks = [r[0] for r in conn.execute("SELECT id FROM blocks ORDER BY id")]
+            pending: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]] = []
+            dim = _meta_int(conn, "dimension", 0)
+            for block_id in blocks:
+                rows_b, lengths_b, vectors_b, flags_b = conn.execute(
+                    "SELECT rows, lengths, vectors, has_vector FROM blocks WHERE id = ?", (block_id,)
+                ).fetchone()
+                rows = np.frombuffer(rows_b, dtype="<i4")
+                keep = ~dead[rows] if dead is not None else np.ones(len(rows), dtype=bool)
+                lengths = np.frombuffer(lengths_b, dtype="<i4")[keep]
+                if vectors_b is None:
+                    vectors, has = np.zeros((int(keep.sum()), dim), dtype=np.float32), np.zeros(int(keep.sum()), dtype=bool)
+                else:
+                    vectors = np.frombuffer(vectors_b, dtype="<f4").reshape(len(rows), -1)[keep]
+                    has = (np.ones(len(rows), dtype=bool) if flags_b is None else np.frombuffer(flags_b, dtype=np.uint8).astype(bool))[keep]
+                pending.append((rows[keep], lengths, vectors, has))
+            conn.execute("DELETE FROM blocks")
+            if pending:
+                rows = np.concatenate([p[0] for p in pending])
+                lengths = np.concatenate([p[1] for p in pending])
+                has = np.concatenate([p[3] for p in pending])
+                vectors = np.concatenate([p[2] for p in pending]) if dim else None
+                for start in range(0, len(rows), _BLOCK_ROWS):
+                    part = slice(start, start + _BLOCK_ROWS)
+                    conn.execute(
+                        "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
+                        snapshot.encode_block(rows[part], lengths[part], None if vectors is None else vectors[part], has[part]),
+                    )
+            segments = [r[0] for r in conn.execute("SELECT id FROM segments ORDER BY id")]
+            if segments:
+                top = conn.execute("SELECT max(level) FROM segments").fetchone()[0]
+                lexical.merge_segments(conn, segments, top + 1, dead)
+            conn.execute("DELETE FROM tombstones")
+            conn.execute(_BUMP_SQL)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:  # noqa: A002
         """Delete documents in one transaction; return how many were removed.
@@ -516,61 +633,88 @@ class SQLiteVectorStore:
         """
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
-        where, params = self._where(ids=ids, filter=filter)
-        return await self._run(self._delete_sync, where, params)
+        ids = _id_list(ids)
+        node = parse_filter(filter)
+        return await self._run(self._delete_sync, ids, node, False)
 
     async def clear(self) -> int:
         """Delete every document; return how many were removed."""
-        return await self._run(self._delete_sync, "1", [])
+        return await self._run(self._delete_sync, None, None, True)
 
-    def _delete_sync(self, where: str, params: list[Any]) -> int:
+    def _delete_sync(self, ids: list[str] | None, node: Filter | None, everything: bool) -> int:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            rowids = [r[0] for r in conn.execute(f"SELECT rowid FROM documents WHERE {where}", params)]
-            for chunk in _chunks(rowids, 500):
-                marks = ",".join("?" * len(chunk))
-                conn.execute(f"DELETE FROM postings WHERE doc IN ({marks})", chunk)
-                conn.execute(f"DELETE FROM documents WHERE rowid IN ({marks})", chunk)
+            generation = _meta_int(conn, "generation")
+            if everything:
+                rowids = [r[0] for r in conn.execute("SELECT rowid FROM documents")]
+            else:
+                if ids is not None:
+                    rowids = sorted(_rowids_of(conn, ids).values()) if ids else []
+                if node is not None:
+                    snap = self._snapshot_for(conn, generation)
+                    chosen = np.flatnonzero(self._mask(conn, snap, node))
+                    rowids = chosen.tolist() if ids is None else np.intersect1d(chosen, rowids).tolist()
+            if rowids:
+                _delete_rows(conn, rowids)  # the trigger tombstones them
+                conn.execute(_BUMP_SQL)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        if rowids:
+            self._maintain()
         return len(rowids)
 
     # ------------------------------------------------------------------ reads
 
-    def _where(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> tuple[str, list[Any]]:  # noqa: A002
-        clauses: list[str] = []
-        params: list[Any] = []
-        if ids is not None:
-            if isinstance(ids, str):
-                raise InvalidParameterError("ids must be a sequence of strings, not one string")
-            ids = list(ids)
-            clauses.append("id IN (SELECT value FROM json_each(?))")
-            params.append(json.dumps(ids))
-        node = parse_filter(filter)
-        if node is not None:
-            clauses.append("fastrag_match(?, metadata)")
-            params.append(json.dumps(dump_filter(node)))
-        return (" AND ".join(clauses) or "1"), params
-
     async def count(self, *, filter: FilterLike | None = None) -> int:  # noqa: A002
-        """How many documents the store holds, or how many match ``filter``."""
-        where, params = self._where(filter=filter)
-        sql = f"SELECT count(*) FROM documents WHERE {where}"
-        return await self._read(lambda conn, _generation: conn.execute(sql, params).fetchone()[0])
+        """How many documents the store holds, or how many match ``filter``.
+
+        Raises:
+            FilterError: the filter is malformed.
+        """
+        node = parse_filter(filter)
+
+        def count(conn: sqlite3.Connection, snap: Snapshot) -> int:
+            return snap.n_live if node is None else int(np.count_nonzero(self._mask(conn, snap, node)))
+
+        return await self._read(count)
 
     async def get(
         self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None, limit: int | None = None  # noqa: A002
     ) -> list[Document]:
-        """Documents with these ``ids`` and/or matching ``filter`` (all when neither), in id order."""
-        where, params = self._where(ids=ids, filter=filter)
-        sql = f"SELECT id, content, metadata FROM documents WHERE {where} ORDER BY id"
+        """Documents with these ``ids`` and/or matching ``filter`` (all when neither), in id order.
+
+        Raises:
+            InvalidParameterError: ``ids`` is one string, or ``limit`` is not a positive int.
+            FilterError: the filter is malformed.
+        """
+        wanted = _id_list(ids)
+        node = parse_filter(filter)
         if limit is not None:
             check_k(limit, "limit")
-            sql += f" LIMIT {int(limit)}"
-        rows = await self._read(lambda conn, _generation: conn.execute(sql, params).fetchall())
+
+        def get(conn: sqlite3.Connection, snap: Snapshot) -> list[tuple[str, str, str]]:
+            if wanted is not None:
+                rows = []
+                for chunk in _chunks(wanted, _IN_CHUNK):
+                    rows += conn.execute(
+                        f"SELECT id, content, metadata FROM documents WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                    ).fetchall()
+                if node is not None:
+                    rows = [r for r in rows if matches(node, json.loads(r[2]))]
+                rows.sort(key=lambda r: r[0])
+                return rows[:limit]
+            if node is None:
+                sql = "SELECT id, content, metadata FROM documents ORDER BY id"
+                return conn.execute(sql + (f" LIMIT {int(limit)}" if limit else "")).fetchall()
+            chosen = np.flatnonzero(self._mask(conn, snap, node)).tolist()
+            keyed = sorted(_select_rowids(conn, "id", chosen).items(), key=lambda item: item[1][0])[:limit]
+            found = _select_rowids(conn, "id, content, metadata", [r for r, _ in keyed])
+            return [found[r] for r, _ in keyed]
+
+        rows = await self._read(get)
         return [Document(id=i, content=c, metadata=json.loads(m)) for i, c, m in rows]
 
     async def search_text(
@@ -588,8 +732,8 @@ class SQLiteVectorStore:
 
         Returns:
             Copies best first, with ``score`` = BM25 (unbounded, > 0 for any match, higher is better) and
-            zero-based ``rank``. Empty when no document shares a term, or when the query has no terms left
-            after analysis (only stopwords or punctuation).
+            zero-based ``rank``; ties are broken by id. Empty when no document shares a term, or when the
+            query has no terms left after analysis (only stopwords or punctuation).
 
         Raises:
             InvalidParameterError: ``k`` is not a positive int, ``query`` is not a string, or ``language``
@@ -609,72 +753,25 @@ class SQLiteVectorStore:
         return await self._read(self._search_text_sync, analyzer, query, k, node)
 
     def _search_text_sync(
-        self, conn: sqlite3.Connection, generation: int, analyzer: Analyzer, query: str, k: int, node: Filter | None
+        self, conn: sqlite3.Connection, snap: Snapshot, analyzer: Analyzer, query: str, k: int, node: Filter | None
     ) -> list[Document]:
         terms = sorted(set(analyzer.analyze(query, for_query=True)))
-        if not terms:
+        if not terms or not snap.segments or not snap.n_live:
             return []
-        # one row per query term: its document frequency and its postings as "doc,tf,doc,tf,...", built by
-        # SQLite in C (no Python object per posting, and the GIL is free while SQLite works)
-        found = conn.execute(_POSTINGS_SQL, (json.dumps(terms),)).fetchall()
-        if not found:
+        found = conn.execute(
+            f"SELECT term, docs, tfs FROM postings WHERE segment IN ({','.join('?' * len(snap.segments))}) "
+            f"AND term IN ({','.join('?' * len(terms))})",
+            [*snap.segments, *terms],
+        )
+        scores = lexical.bm25_scores(
+            found, live=None if snap.all_live else snap.live, norms=snap.norms, n_docs=snap.n_live, size=snap.size
+        )
+        if scores is None:
             return []
-        _, lengths, n_docs, avgdl = self._load_lengths(conn, generation)
-        df = [n for _, n, _ in found]
-        pairs = _parse_ints(",".join(p for _, _, p in found), 2 * sum(df)).reshape(-1, 2)
-        rowids, tf = pairs[:, 0], pairs[:, 1].astype(np.float64)
-        idf = [math.log(1.0 + (n_docs - n + 0.5) / (n + 0.5)) for n in df]
-        weights = np.repeat(np.array(idf, dtype=np.float64), df)
-        norm = _BM25_K1 * (1.0 - _BM25_B + _BM25_B * lengths[rowids] / avgdl)
-        contributions = weights * tf * (_BM25_K1 + 1.0) / (tf + norm)
-        candidates, inverse = np.unique(rowids, return_inverse=True)
-        scores = np.bincount(inverse, weights=contributions, minlength=len(candidates))
+        candidates = np.flatnonzero(scores)
         if node is not None:
-            where, params = self._where(filter=node)
-            allowed = np.fromiter(
-                (r[0] for r in conn.execute(
-                    f"SELECT rowid FROM documents WHERE rowid IN (SELECT value FROM json_each(?)) AND {where}",
-                    [json.dumps(candidates.tolist()), *params],
-                )),
-                dtype=np.int64,
-            )
-            keep = np.isin(candidates, allowed)
-            scores, candidates = scores[keep], candidates[keep]
-            if len(candidates) == 0:
-                return []
-        return _ranked_rows(conn, scores, candidates, k)
-
-    def _cached(self, slot: str, lock: threading.Lock, generation: int, load: Callable[[], tuple[Any, ...]]) -> Any:
-        """The cache in attribute ``slot`` (a tuple led by its generation) for the state whose generation is
-        ``generation``, built by ``load()`` (the rest of the tuple) when the cache holds another one. One reader
-        loads under ``lock``; the others of the same generation wait and reuse it. A reader of an older
-        snapshot gets its own load and never replaces a newer cache."""
-        cached = getattr(self, slot)
-        if cached[0] == generation:
-            return cached
-        with lock:
-            cached = getattr(self, slot)
-            if cached[0] == generation:
-                return cached
-            loaded = (generation, *load())
-            if generation > cached[0]:
-                setattr(self, slot, loaded)
-            return loaded
-
-    def _load_lengths(self, conn: sqlite3.Connection, generation: int) -> tuple[int, np.ndarray, int, float]:
-        """``(generation, lengths, n_docs, avgdl)``: document lengths in terms indexed by rowid, the document
-        count and the mean length (BM25's avgdl) of the state whose generation is ``generation``."""
-
-        def load() -> tuple[np.ndarray, int, float]:
-            rows = conn.execute("SELECT rowid, n_terms FROM documents").fetchall()
-            top = max((r[0] for r in rows), default=0)
-            lengths = np.zeros(top + 1, dtype=np.float64)
-            for rowid, n in rows:
-                lengths[rowid] = n
-            total = float(lengths.sum())
-            return lengths, len(rows), total / len(rows) if rows and total > 0 else 1.0
-
-        return self._cached("_lengths", self._lengths_lock, generation, load)
+            candidates = candidates[self._mask(conn, snap, node)[candidates]]
+        return _ranked_rows(conn, scores[candidates], candidates, k)
 
     async def search_vector(
         self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None  # noqa: A002
@@ -701,96 +798,223 @@ class SQLiteVectorStore:
         return await self._read(self._search_vector_sync, query, k, node)
 
     def _search_vector_sync(
-        self, conn: sqlite3.Connection, generation: int, query: np.ndarray, k: int, node: Filter | None
+        self, conn: sqlite3.Connection, snap: Snapshot, query: np.ndarray, k: int, node: Filter | None
     ) -> list[Document]:
-        allowed = None
-        if node is not None:
-            where, params = self._where(filter=node)
-            allowed = np.fromiter(
-                (r[0] for r in conn.execute(f"SELECT rowid FROM documents WHERE embedding IS NOT NULL AND {where}", params)),
-                dtype=np.int64,
-            )
-        _, matrix, rowids = self._load_vectors(conn, generation)
-        if len(rowids) == 0:
+        if len(snap.rowids) == 0 or not snap.matrix.shape[1]:
             return []
         # the dimension may have been fixed by another connection's first write
-        check_dimension(query.shape[0], matrix.shape[1], store=self.path, what="query has")
-        if allowed is not None:
-            positions = np.nonzero(np.isin(rowids, allowed))[0]
-            matrix, rowids = matrix[positions], rowids[positions]
-            if len(rowids) == 0:
-                return []
-        norm = float(np.linalg.norm(query))
-        return _ranked_rows(conn, matrix @ (query / norm), rowids, k)
-
-    def _load_vectors(self, conn: sqlite3.Connection, generation: int) -> tuple[int, np.ndarray, np.ndarray]:
-        """``(generation, matrix, rowids)``: the L2-normalised ``(n, dim)`` float32 vectors of the state
-        whose generation is ``generation``, and their rowids."""
-
-        def load() -> tuple[np.ndarray, np.ndarray]:
-            rows = conn.execute("SELECT rowid, embedding FROM documents WHERE embedding IS NOT NULL").fetchall()
-            if rows:
-                raw = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-                norms = np.linalg.norm(raw, axis=1, keepdims=True)
-                matrix = np.divide(raw, norms, out=np.zeros_like(raw), where=norms > 0)
-                if self.dimension is None:  # fixed by another connection's first write
-                    self.dimension = int(raw.shape[1])
-            else:
-                matrix = np.zeros((0, self.dimension or 0), dtype=np.float32)
-            rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            matrix.flags.writeable = rowids.flags.writeable = False  # shared by concurrent readers
-            return matrix, rowids
-
-        return self._cached("_vectors", self._vectors_lock, generation, load)
+        check_dimension(query.shape[0], snap.matrix.shape[1], store=self.path, what="query has")
+        scores = snap.matrix @ (query / np.float32(np.linalg.norm(query)))
+        allowed = snap.searchable
+        if node is not None:
+            allowed = allowed & self._mask(conn, snap, node)[snap.rowids]
+        if not allowed.all():
+            positions = np.flatnonzero(allowed)
+            return _ranked_rows(conn, scores[positions], snap.rowids[positions], k)
+        return _ranked_rows(conn, scores, snap.rowids, k)
 
 
-def _in_snapshot(conn: sqlite3.Connection, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-    """``fn(conn, generation, *args)`` inside one read transaction on ``conn``; rolled back after."""
-    conn.execute("BEGIN")
+
+
+# ---------------------------------------------------------------------- schema and migration
+
+
+def _create_or_migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Create the schema in a new file, migrate a schema-2 file in place, or refuse another version."""
+    version = None
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = row[0] if row else None
+    if version == "2":
+        _migrate_from_2(conn, path)
+        return
+    if version not in (None, _SCHEMA_VERSION):
+        raise BackendUnavailableError(f"unsupported schema version {version}", store=path)
+    conn.executescript(_SCHEMA)
+    for key, value in (("schema_version", _SCHEMA_VERSION), ("generation", "0"), ("next_rowid", "1")):
+        conn.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
+
+
+def _migrate_from_2(conn: sqlite3.Connection, path: str) -> None:
+    """Rewrite a schema-2 store (one postings row per term and document, vectors per row) as blocks and
+    segments, in one transaction: an interruption leaves the schema-2 file as it was."""
+    conn.execute("BEGIN IMMEDIATE")
     try:
-        # the first read starts the snapshot; the generation names the committed state it sees
-        generation = conn.execute(_GENERATION_SQL).fetchone()[0]
-        return fn(conn, generation, *args)
-    finally:
+        if conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] != "2":
+            conn.execute("ROLLBACK")  # another process migrated it meanwhile
+            return
+        conn.execute("ALTER TABLE documents RENAME TO documents_v2")
+        conn.execute("ALTER TABLE postings RENAME TO postings_v2")
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            conn.execute(f'DROP TRIGGER "{name}"')
+        conn.execute("DROP INDEX IF EXISTS postings_doc")
+        # executescript would commit the transaction: one complete statement at a time
+        for statement in _statements(_SCHEMA):
+            conn.execute(statement)
+        conn.execute("INSERT INTO documents (rowid, id, content, metadata) SELECT rowid, id, content, metadata FROM documents_v2")
+        dim = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+        dim = int(dim[0]) if dim else 0
+        cursor = conn.execute("SELECT rowid, n_terms, embedding FROM documents_v2 ORDER BY rowid")
+        while batch := cursor.fetchmany(_BLOCK_ROWS):
+            rows = np.array([r[0] for r in batch], dtype=np.int64)
+            lengths = np.array([r[1] for r in batch], dtype=np.int64)
+            has = np.array([r[2] is not None for r in batch], dtype=bool)
+            vectors = None
+            if dim and has.any():
+                zero = bytes(4 * dim)
+                raw = np.frombuffer(b"".join(r[2] if r[2] is not None else zero for r in batch), dtype=np.float32)
+                raw = raw.reshape(len(batch), dim)
+                norms = np.linalg.norm(raw, axis=1, keepdims=True)
+                vectors = np.divide(raw, norms, out=np.zeros_like(raw), where=norms > 0)
+            conn.execute(
+                "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
+                snapshot.encode_block(rows, lengths, vectors, has),
+            )
+
+        def postings() -> Any:
+            current, docs, tfs = None, [], []
+            for term, doc, tf in conn.execute("SELECT term, doc, tf FROM postings_v2 ORDER BY term, doc"):
+                if term != current:
+                    if current is not None:
+                        yield current, np.array(docs, dtype=np.int64), np.array(tfs, dtype=np.int64)
+                    current, docs, tfs = term, [], []
+                docs.append(doc)
+                tfs.append(tf)
+            if current is not None:
+                yield current, np.array(docs, dtype=np.int64), np.array(tfs, dtype=np.int64)
+
+        lexical.insert_segment(conn, 8, postings())  # one segment, at a level no small write merges into soon
+        top = conn.execute("SELECT max(rowid) FROM documents_v2").fetchone()[0] or 0
+        conn.execute("DROP TABLE postings_v2")
+        conn.execute("DROP TABLE documents_v2")
+        generation = _meta_int(conn, "generation")
+        for key, value in (("schema_version", _SCHEMA_VERSION), ("generation", str(generation + 1)), ("next_rowid", str(top + 1))):
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        conn.execute("COMMIT")
+    except BaseException:
         if conn.in_transaction:
-            conn.execute("ROLLBACK")  # a read transaction: nothing to commit
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _delete_rows(conn: sqlite3.Connection, rowids: list[int]) -> None:
+    """Delete documents ``rowids``; the ``documents_tombstone`` trigger records each as deleted."""
+    for chunk in _chunks(rowids, _IN_CHUNK):
+        conn.execute(f"DELETE FROM documents WHERE rowid IN ({','.join('?' * len(chunk))})", chunk)
+
+
+def _statements(script: str) -> list[str]:
+    """The complete SQL statements of ``script`` (``sqlite3.complete_statement`` keeps a trigger whole)."""
+    out, pending = [], ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending.strip())
+            pending = ""
+    return out
+
+
+def _meta_int(conn: sqlite3.Connection, key: str, default: int | None = None) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    if row is None:
+        if default is None:
+            raise BackendError(f"the store's meta table has no {key!r}")
+        return default
+    return int(row[0])
+
+
+def _set_meta(conn: sqlite3.Connection, key: str, value: int) -> None:
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
+
+
+# ---------------------------------------------------------------------- reading rows
+
+
+def _id_list(ids: Sequence[str] | None) -> list[str] | None:
+    if ids is None:
+        return None
+    if isinstance(ids, str):
+        raise InvalidParameterError("ids must be a sequence of strings, not one string")
+    return list(ids)
+
+
+def _rowids_of(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
+    """``{id: rowid}`` of the stored documents among ``ids`` (ids bound as parameters: exact, NUL included)."""
+    found: dict[str, int] = {}
+    for chunk in _chunks(ids, _IN_CHUNK):
+        found.update(conn.execute(
+            f"SELECT id, rowid FROM documents WHERE id IN ({','.join('?' * len(chunk))})", chunk
+        ).fetchall())
+    return found
+
+
+def _select_rowids(conn: sqlite3.Connection, columns: str, rowids: list[int]) -> dict[int, tuple]:
+    """``{rowid: (columns...)}`` for the documents ``rowids``."""
+    found: dict[int, tuple] = {}
+    for chunk in _chunks(rowids, _IN_CHUNK):
+        for row in conn.execute(f"SELECT rowid, {columns} FROM documents WHERE rowid IN ({','.join('?' * len(chunk))})", chunk):
+            found[row[0]] = row[1:]
+    return found
+
+
+def _dead_mask(conn: sqlite3.Connection) -> np.ndarray | None:
+    """bool by rowid, True for tombstoned rows; ``None`` when there are none."""
+    dead = np.fromiter((r[0] for r in conn.execute("SELECT rowid FROM tombstones")), dtype=np.int64)
+    if not len(dead):
+        return None
+    mask = np.zeros(_meta_int(conn, "next_rowid"), dtype=bool)
+    mask[dead] = True
+    return mask
+
+
+def _load_column(conn: sqlite3.Connection, key: str, start: int, stop: int) -> Column:
+    """The values of metadata ``key`` for rowids ``start`` to ``stop - 1`` (missing where no document)."""
+    n = stop - start
+    if '"' in key or "\\" in key:  # not expressible as a JSON path label: parse the rows in Python
+        values: list[Any] = [MISSING] * n
+        for rowid, metadata in conn.execute(
+            "SELECT rowid, metadata FROM documents WHERE rowid >= ? AND rowid < ?", (start, stop)
+        ):
+            values[rowid - start] = json.loads(metadata).get(key, MISSING)
+        return Column.from_values(values)
+    path = f'$."{key}"'
+    types: list[str | None] = [None] * n
+    found: list[Any] = [None] * n
+    for rowid, kind, value in conn.execute(
+        "SELECT rowid, json_type(metadata, ?), json_extract(metadata, ?) FROM documents WHERE rowid >= ? AND rowid < ?",
+        (path, path, start, stop),
+    ):
+        types[rowid - start], found[rowid - start] = kind, value
+    return Column.from_sqlite(types, found)
 
 
 def _ranked_rows(conn: sqlite3.Connection, scores: np.ndarray, rowids: np.ndarray, k: int) -> list[Document]:
-    """The ``k`` best rows by score (ties by id) as documents stamped with score and rank."""
-    top = _top_k(scores, k)
+    """The ``k`` best rows by score, ties broken by id, as documents stamped with score and rank.
+
+    Exact at the cut however many scores tie there: the ids of every row tied at the k-th score are read,
+    so the top ``k`` is always a prefix of the top ``k + n``.
+    """
+    if len(scores) > k:
+        cut = np.partition(scores, len(scores) - k)[len(scores) - k]
+        above = np.flatnonzero(scores > cut)
+        tied = np.flatnonzero(scores == cut)
+        if len(above) + len(tied) > k:  # ties at the cut: the smallest ids among them
+            ids = _select_rowids(conn, "id", rowids[tied].tolist())
+            tied = np.array(sorted(tied.tolist(), key=lambda p: ids[int(rowids[p])][0])[: k - len(above)], dtype=np.int64)
+        top = np.concatenate([above, tied])
+    else:
+        top = np.arange(len(scores))
     chosen = rowids[top].tolist()
-    marks = ",".join("?" * len(chosen))
-    found = {
-        r: (i, c, m)
-        for r, i, c, m in conn.execute(f"SELECT rowid, id, content, metadata FROM documents WHERE rowid IN ({marks})", chosen)
-    }
+    found = _select_rowids(conn, "id, content, metadata", chosen)
     hits = [(float(s), found[r]) for s, r in zip(scores[top].tolist(), chosen, strict=True)]
     hits.sort(key=lambda h: (-h[0], h[1][0]))
-    del hits[k:]
     out = []
     for rank, (score, (doc_id, content, metadata)) in enumerate(hits):
         stamped = json.loads(metadata)
         stamped[SCORE], stamped[RANK] = score, rank  # one Document per hit, not a copy of a copy
         out.append(owned_document(doc_id, content, stamped))  # our own rows, checked when written
     return out
-
-
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the ``k`` highest scores, generous at the cut so ties at the boundary can be sorted by id."""
-    if k >= len(scores):
-        return np.arange(len(scores))
-    cut = np.partition(scores, len(scores) - k)[len(scores) - k]
-    at_or_above = scores >= cut
-    return np.flatnonzero(at_or_above) if np.count_nonzero(at_or_above) <= 4 * k else np.argpartition(-scores, k)[:k]
-
-
-def _parse_ints(text: str, count: int) -> np.ndarray:
-    """The ``count`` comma-separated integers of ``text`` (SQLite's ``group_concat`` of integer columns)."""
-    values = np.fromstring(text, dtype=np.int64, sep=",") if count else np.zeros(0, dtype=np.int64)
-    if len(values) != count:  # never expected: integers SQLite wrote itself
-        raise BackendError(f"postings could not be read: {len(values)} numbers, expected {count}")
-    return values
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:

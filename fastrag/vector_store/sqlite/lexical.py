@@ -1,0 +1,191 @@
+"""The BM25 index of the SQLite store: immutable segments of per-term postings arrays.
+
+Layout (tables of the store's one database file, so an index write is part of the same transaction as
+the documents it indexes):
+
+- ``segments(id, level, n_postings)``: one row per segment. Every write adds one segment (level 0)
+  holding the postings of the documents it wrote; when ``MERGE_FACTOR`` segments share a level the
+  writer merges them into one segment of the next level, in a transaction of its own after its commit
+  (a tiered merge policy, as Lucene's ``TieredMergePolicy`` and LSM trees use: each posting is rewritten
+  about ``log_MERGE_FACTOR(documents / batch)`` times). A merge drops the postings of deleted documents.
+- ``postings(segment, term, docs, tfs)``: per segment and term, the rowids of the documents holding the
+  term as little-endian int32 (ascending) and their term frequencies as little-endian uint16 (uint32
+  when a frequency exceeds 65,535: the width is told by the blob's length). Primary key
+  ``(segment, term)``: a query seeks each (segment, query term) pair; a merge reads whole segments.
+
+Rowids are never reused (the store hands them out from a counter), so a posting names one version of one
+document for good: an update writes the new version under a new rowid and tombstones the old one, and a
+reader that knows which rowids are live (:mod:`fastrag.vector_store.sqlite.snapshot`) skips dead postings
+until a merge removes them.
+
+Scoring is Lucene's BM25 (``BM25Similarity``; Robertson & Zaragoza 2009):
+``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` and
+``score(d) = sum_t idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))``, with ``N``, ``df``
+and ``avgdl`` counted over the live documents, exactly as when every posting was one row.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "MERGE_FACTOR",
+    "SCHEMA",
+    "bm25_scores",
+    "decode",
+    "insert_segment",
+    "merge_segments",
+    "write_segment",
+]
+
+BM25_K1 = 1.2  # Lucene BM25Similarity defaults (Robertson & Zaragoza 2009 recommend k1 in [1.2, 2.0])
+BM25_B = 0.75
+MERGE_FACTOR = 10  # segments of one level merged into one of the next
+_DOCS = np.dtype("<i4")
+_TF16 = np.dtype("<u2")
+_TF32 = np.dtype("<u4")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS segments (
+    id INTEGER PRIMARY KEY,
+    level INTEGER NOT NULL,
+    n_postings INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS postings (
+    segment INTEGER NOT NULL,
+    term TEXT NOT NULL,
+    docs BLOB NOT NULL,
+    tfs BLOB NOT NULL,
+    PRIMARY KEY (segment, term)
+) WITHOUT ROWID;
+"""
+
+
+def encode(docs: np.ndarray, tfs: np.ndarray) -> tuple[bytes, bytes]:
+    """``(docs, tfs)`` blobs of one term's postings: int32 rowids, uint16 (or uint32) frequencies."""
+    width = _TF16 if len(tfs) == 0 or int(tfs.max()) <= 0xFFFF else _TF32
+    return np.ascontiguousarray(docs, dtype=_DOCS).tobytes(), np.ascontiguousarray(tfs, dtype=width).tobytes()
+
+
+def decode(docs: bytes, tfs: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The rowids (int32) and term frequencies (uint16 or uint32) of one postings row."""
+    rows = np.frombuffer(docs, dtype=_DOCS)
+    return rows, np.frombuffer(tfs, dtype=_TF16 if len(tfs) == 2 * len(rows) else _TF32)
+
+
+def write_segment(conn: sqlite3.Connection, rowids: Sequence[int], counts: Sequence[dict[str, int]], level: int = 0) -> None:
+    """Write one segment holding the postings of documents ``rowids`` (ascending), whose term frequencies
+    are ``counts`` (term -> tf, one dict per document). Runs inside the caller's transaction."""
+    by_term: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    for rowid, doc_counts in zip(rowids, counts, strict=True):
+        for term, tf in doc_counts.items():
+            docs, tfs = by_term[term]
+            docs.append(rowid)
+            tfs.append(tf)
+    insert_segment(conn, level, ((t, np.array(d, dtype=np.int64), np.array(f, dtype=np.int64)) for t, (d, f) in by_term.items()))
+
+
+def insert_segment(conn: sqlite3.Connection, level: int, postings: Iterable[tuple[str, np.ndarray, np.ndarray]]) -> None:
+    """Write one segment of ``level`` from ``(term, rowids ascending, tfs)`` triples (inside a transaction);
+    a segment that would hold no posting is not written."""
+    cur = conn.execute("INSERT INTO segments (level, n_postings) VALUES (?, 0)", (level,))
+    segment = cur.lastrowid
+    total = 0
+
+    def rows() -> Iterable[tuple[int, str, bytes, bytes]]:
+        nonlocal total
+        for term, docs, tfs in postings:
+            if len(docs):
+                total += len(docs)
+                yield (segment, term, *encode(docs, tfs))
+
+    conn.executemany("INSERT INTO postings (segment, term, docs, tfs) VALUES (?, ?, ?, ?)", rows())
+    if total == 0:
+        conn.execute("DELETE FROM segments WHERE id = ?", (segment,))
+    else:
+        conn.execute("UPDATE segments SET n_postings = ? WHERE id = ?", (total, segment))
+
+
+def merge_segments(conn: sqlite3.Connection, segment_ids: Sequence[int], level: int, dead: np.ndarray | None) -> None:
+    """Replace ``segment_ids`` by one segment of ``level`` holding their postings, less those of the rowids
+    that ``dead`` (bool, indexed by rowid; rowids past its end are live) marks deleted. Runs inside the
+    caller's transaction."""
+    marks = ",".join("?" * len(segment_ids))
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    for term, docs, tfs in conn.execute(
+        f"SELECT term, docs, tfs FROM postings WHERE segment IN ({marks}) ORDER BY segment", list(segment_ids)
+    ):
+        parts[term].append(decode(docs, tfs))
+
+    def merged() -> Iterable[tuple[str, np.ndarray, np.ndarray]]:
+        for term in sorted(parts):
+            pieces = parts[term]
+            docs = np.concatenate([p[0] for p in pieces]) if len(pieces) > 1 else pieces[0][0]
+            tfs = np.concatenate([p[1].astype(np.uint32) for p in pieces]) if len(pieces) > 1 else pieces[0][1]
+            if dead is not None:
+                gone = dead[docs] if len(dead) > int(docs.max()) else _padded(dead, docs)
+                docs, tfs = docs[~gone], tfs[~gone]
+            order = np.argsort(docs, kind="stable")  # segments hold ascending rowids; keep them so
+            yield term, docs[order], tfs[order]
+
+    conn.execute(f"DELETE FROM postings WHERE segment IN ({marks})", list(segment_ids))
+    conn.execute(f"DELETE FROM segments WHERE id IN ({marks})", list(segment_ids))
+    insert_segment(conn, level, merged())
+
+
+def _padded(dead: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """``dead[docs]`` where rowids past the end of ``dead`` are not dead."""
+    inside = docs < len(dead)
+    gone = np.zeros(len(docs), dtype=bool)
+    gone[inside] = dead[docs[inside]]
+    return gone
+
+
+def bm25_scores(
+    found: Iterable[tuple[str, bytes, bytes]],
+    *,
+    live: np.ndarray | None,
+    norms: np.ndarray,
+    n_docs: int,
+    size: int,
+) -> np.ndarray | None:
+    """BM25 scores of every rowid for the query terms whose postings rows are ``found``.
+
+    Args:
+        found: ``(term, docs, tfs)`` postings rows of the query's terms, from any number of segments.
+        live: bool per rowid, or ``None`` when every rowid the postings name is live.
+        norms: float64 per rowid: ``k1 * (1 - b + b * |d| / avgdl)``.
+        n_docs: ``N``, the number of live documents.
+        size: the length of the returned array (one past the largest rowid).
+
+    Returns:
+        float64 ``(size,)`` scores indexed by rowid, 0 for documents sharing no term (every match scores
+        > 0: Lucene's idf is positive), or ``None`` when no posting is live.
+    """
+    by_term: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    for term, docs, tfs in found:
+        by_term[term].append(decode(docs, tfs))
+    scores: np.ndarray | None = None
+    for pieces in by_term.values():
+        docs = np.concatenate([p[0] for p in pieces]) if len(pieces) > 1 else pieces[0][0]
+        tfs = np.concatenate([p[1].astype(np.uint32) for p in pieces]) if len(pieces) > 1 else pieces[0][1]
+        if live is not None:
+            keep = live[docs]
+            docs, tfs = docs[keep], tfs[keep]
+        df = len(docs)
+        if df == 0:
+            continue
+        idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        tf = tfs.astype(np.float64)
+        if scores is None:
+            scores = np.zeros(size, dtype=np.float64)
+        # rowids are distinct within one term (a document is in one segment), so += adds once per document
+        scores[docs] += idf * (BM25_K1 + 1.0) * tf / (tf + norms[docs])
+    return scores
