@@ -513,3 +513,26 @@ async def test_a_read_that_began_before_a_write_ranks_its_own_snapshot_not_the_n
             finally:
                 gate.released.set()
         assert got["old"] == before  # all 20 original documents, scored from the state the read began in
+
+
+@pytest.mark.anyio
+async def test_an_id_holding_nul_names_only_itself_in_get_delete_and_upsert(tmp_path):
+    async with SQLiteVectorStore(tmp_path / "nul.db") as store:
+        await store.upsert([Document(id="a", content="plain"), Document(id="a\x00x", content="with nul")])
+        assert [d.content for d in await store.get(ids=["a\x00x"])] == ["with nul"]
+        assert [d.content for d in await store.get(ids=["a"])] == ["plain"]
+        await store.upsert([Document(id="a\x00x", content="nul again")])
+        assert await store.delete(ids=["a\x00x"]) == 1
+        assert [d.id for d in await store.get()] == ["a"]
+        assert [d.content for d in await store.search_text("plain", k=5)] == ["plain"]
+
+
+@pytest.mark.anyio
+async def test_tied_scores_are_cut_by_id_so_top_k_is_a_prefix_of_top_k_plus_n(tmp_path):
+    async with SQLiteVectorStore(tmp_path / "ties.db") as store:
+        docs = [Document(id=f"d{i:02d}", content="boilerplate footer text") for i in range(30)]
+        await store.upsert(docs, embeddings=np.ones((30, 4), dtype=np.float32))
+        for search in (lambda k: store.search_text("boilerplate", k=k), lambda k: store.search_vector(np.ones(4), k=k)):
+            five, ten, all_ = [[d.id for d in await search(k)] for k in (5, 10, 30)]
+            assert five == [f"d{i:02d}" for i in range(5)]
+            assert ten[:5] == five and all_[:10] == ten

@@ -126,14 +126,16 @@ def merge_segments(conn: sqlite3.Connection, segment_ids: Sequence[int], level: 
 
     def merged() -> Iterable[tuple[str, np.ndarray, np.ndarray]]:
         for term in sorted(parts):
-            pieces = parts[term]
+            pieces = sorted(parts[term], key=lambda p: int(p[0][0]))  # each piece ascends; keep the whole so
             docs = np.concatenate([p[0] for p in pieces]) if len(pieces) > 1 else pieces[0][0]
             tfs = np.concatenate([p[1].astype(np.uint32) for p in pieces]) if len(pieces) > 1 else pieces[0][1]
+            if len(pieces) > 1 and not (np.diff(docs) > 0).all():  # interleaved rowid ranges: sort
+                order = np.argsort(docs, kind="stable")
+                docs, tfs = docs[order], tfs[order]
             if dead is not None:
                 gone = dead[docs] if len(dead) > int(docs.max()) else _padded(dead, docs)
                 docs, tfs = docs[~gone], tfs[~gone]
-            order = np.argsort(docs, kind="stable")  # segments hold ascending rowids; keep them so
-            yield term, docs[order], tfs[order]
+            yield term, docs, tfs
 
     conn.execute(f"DELETE FROM postings WHERE segment IN ({marks})", list(segment_ids))
     conn.execute(f"DELETE FROM segments WHERE id IN ({marks})", list(segment_ids))

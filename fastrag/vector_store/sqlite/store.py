@@ -526,7 +526,7 @@ class SQLiteVectorStore:
                 [(r, *row) for r, row in zip(rowids, rows, strict=True)],
             )
             lengths = np.array([c.total() for c in counts], dtype=np.int64)
-            has_vector = np.zeros(len(rows), dtype=bool) if matrix is None else matrix.any(axis=1)
+            has_vector = np.full(len(rows), matrix is not None)  # a zero vector is stored (it scores 0)
             conn.execute(
                 "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
                 snapshot.encode_block(np.array(rowids), lengths, matrix, has_vector),
