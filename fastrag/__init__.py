@@ -3,7 +3,8 @@
 The names most programs need are importable from here: :class:`~fastrag.models.Document`, the embedded
 :class:`~fastrag.vector_store.sqlite.SQLiteVectorStore`, the retrievers and fusions of
 :mod:`fastrag.retrieval`, the filter builder :func:`~fastrag.filters.field`, and the errors of
-:mod:`fastrag.errors`. Importing fastrag loads no backend SDK and no model; those load when first used.
+:mod:`fastrag.errors`. Importing fastrag loads no backend SDK and no model; those load when first used, as do
+the names above other than the errors and :class:`~fastrag.models.Document` (on first access, PEP 562).
 
 Examples:
     Two documents in an in-memory store, and a question answered by BM25 (which needs no embedding model).
@@ -22,7 +23,9 @@ Examples:
     [('1', 0)]
 """
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
 from fastrag.errors import (
     BackendError,
@@ -33,24 +36,57 @@ from fastrag.errors import (
     InvalidParameterError,
     UnsupportedFilterError,
 )
-from fastrag.filters import field, matches, parse_filter
-from fastrag.knowledge_base import KnowledgeBase, SearchSettings
 from fastrag.models import Document
-from fastrag.retrieval import (
-    BM25Retriever,
-    HybridRetriever,
-    PathFilterRetriever,
-    ReciprocalRankFusion,
-    VectorRetriever,
-    WeightedScoreFusion,
-)
-from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fastrag.filters import field, matches, parse_filter
+    from fastrag.knowledge_base import KnowledgeBase, SearchSettings
+    from fastrag.retrieval import (
+        BM25Retriever,
+        HybridRetriever,
+        PathFilterRetriever,
+        ReciprocalRankFusion,
+        VectorRetriever,
+        WeightedScoreFusion,
+    )
+    from fastrag.vector_store.sqlite import SQLiteVectorStore
 
 __version__ = "0.1.0"
 
 # A library never configures logging; without this, Python's last-resort handler would print our
 # warnings to stderr twice over what the CLI already reports.
 logging.getLogger("fastrag").addHandler(logging.NullHandler())
+
+# Names that load their module on first use (PEP 562), so that `import fastrag` (and the `fastrag` command,
+# which imports only what its subcommand needs) does not pay for numpy, the stores and the retrievers upfront.
+_LAZY: dict[str, str] = {
+    "BM25Retriever": "fastrag.retrieval",
+    "HybridRetriever": "fastrag.retrieval",
+    "KnowledgeBase": "fastrag.knowledge_base",
+    "PathFilterRetriever": "fastrag.retrieval",
+    "ReciprocalRankFusion": "fastrag.retrieval",
+    "SQLiteVectorStore": "fastrag.vector_store.sqlite",
+    "SearchSettings": "fastrag.knowledge_base",
+    "VectorRetriever": "fastrag.retrieval",
+    "WeightedScoreFusion": "fastrag.retrieval",
+    "field": "fastrag.filters",
+    "matches": "fastrag.filters",
+    "parse_filter": "fastrag.filters",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "BM25Retriever",

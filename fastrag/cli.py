@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -331,6 +330,8 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
           model: str | None, as_json: bool, lexical_store_url: str | None, rerank: str,
           rerank_model: str | None) -> None:
     """Evaluate retrieval on a BEIR dataset folder: nDCG@10, Recall@100, MRR@10."""
+    import tempfile
+
     from fastrag.evaluation.beir_eval import evaluate_beir
 
     if top_k < 100:

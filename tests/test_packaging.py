@@ -69,8 +69,11 @@ def test_import_fastrag_needs_and_loads_no_optional_package() -> None:
 
 
 def test_a_broken_model2vec_is_reported_with_the_install_command() -> None:
+    # the shipped model is read with tokenizers and safetensors (what the model2vec extra installs) without
+    # importing model2vec itself, so the extra is broken here by blocking those too
     code = BLOCKER + textwrap.dedent(
         """
+        BLOCKED.update({"tokenizers", "safetensors"})
         import anyio
         from fastrag.errors import ConfigurationError
         from fastrag.ingestion import Model2VecEmbedder

@@ -6,23 +6,55 @@
 
     async with Model2VecEmbedder() as embedder:
         report = await IngestionPipeline(embedder=embedder, vector_store=store).run(["docs/"])
+
+The names below load on first use (PEP 562), so a program that only embeds queries (``fastrag search``)
+never imports the parsers, the chunker, Markdown parsing or the progress bars.
 """
 
-from fastrag.ingestion.chunking import Chunk, Chunker
-from fastrag.ingestion.parsers import (
-    BEIR_CORPUS_NAME,
-    FileKind,
-    ParsedDocument,
-    Section,
-    file_kind,
-    parse,
-    parse_beir_corpus,
-    parse_html,
-    parse_markdown,
-    parse_text,
-)
-from fastrag.ingestion.pipeline import CHUNKER, HEADINGS, IngestionFailure, IngestionPipeline, IngestionReport
-from fastrag.ingestion.steps.embedding import DEFAULT_MODEL, Model2VecEmbedder, l2_normalize
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fastrag.ingestion.chunking import Chunk, Chunker
+    from fastrag.ingestion.parsers import (
+        BEIR_CORPUS_NAME,
+        FileKind,
+        ParsedDocument,
+        Section,
+        file_kind,
+        parse,
+        parse_beir_corpus,
+        parse_html,
+        parse_markdown,
+        parse_text,
+    )
+    from fastrag.ingestion.pipeline import CHUNKER, HEADINGS, IngestionFailure, IngestionPipeline, IngestionReport
+    from fastrag.ingestion.steps.embedding import DEFAULT_MODEL, Model2VecEmbedder, l2_normalize
+
+_EXPORTS: dict[str, str] = {
+    "BEIR_CORPUS_NAME": "fastrag.ingestion.parsers",
+    "CHUNKER": "fastrag.ingestion.pipeline",
+    "DEFAULT_MODEL": "fastrag.ingestion.steps.embedding",
+    "HEADINGS": "fastrag.ingestion.pipeline",
+    "Chunk": "fastrag.ingestion.chunking",
+    "Chunker": "fastrag.ingestion.chunking",
+    "FileKind": "fastrag.ingestion.parsers",
+    "IngestionFailure": "fastrag.ingestion.pipeline",
+    "IngestionPipeline": "fastrag.ingestion.pipeline",
+    "IngestionReport": "fastrag.ingestion.pipeline",
+    "Model2VecEmbedder": "fastrag.ingestion.steps.embedding",
+    "ParsedDocument": "fastrag.ingestion.parsers",
+    "Section": "fastrag.ingestion.parsers",
+    "file_kind": "fastrag.ingestion.parsers",
+    "l2_normalize": "fastrag.ingestion.steps.embedding",
+    "parse": "fastrag.ingestion.parsers",
+    "parse_beir_corpus": "fastrag.ingestion.parsers",
+    "parse_html": "fastrag.ingestion.parsers",
+    "parse_markdown": "fastrag.ingestion.parsers",
+    "parse_text": "fastrag.ingestion.parsers",
+}
 
 __all__ = [
     "BEIR_CORPUS_NAME",
@@ -46,3 +78,16 @@ __all__ = [
     "parse_markdown",
     "parse_text",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
