@@ -118,3 +118,19 @@ def test_speed_backends_table_reports_a_failed_throughput_level(monkeypatch) -> 
     lines = speed_backends.table([r])
     assert "q/s at concurrency 1 / 8 / 64" in lines[0]
     assert "| 2.5 / 2.0 / failed (hybrid) |" in lines[2]
+
+def test_coldstart_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("bm25s", reason='needs bm25s: pip install "fastrag[bench]"')
+    text = _run("coldstart.py", tmp_path / "coldstart.md")
+    rows = _table_rows(text, "| corpus | chunks |")
+    assert [r[0] for r in rows] == ["docs"]
+    assert int(rows[0][1].replace(",", "")) > 0
+    assert rows[0][4].endswith("x") and rows[0][5] in {"met", "missed"}
+    overlap = int(rows[0][6].split("/")[0])
+    assert overlap >= 5  # the peer searches the same chunks with the same fusion: mostly the same top 10
+    phases = _table_rows(text, "| phase |")
+    assert any(r[0] == "first search_vector" for r in phases) and any(r[0] == "load model" for r in phases)
+    data = json.loads((tmp_path / "coldstart.json").read_text())
+    (result,) = data["results"]
+    assert len(result["times"]["fastrag"]) == len(result["times"]["peer"]) == 2
+    assert result["fastrag_median_s"] > 0 and result["peer_median_s"] > 0
