@@ -480,6 +480,19 @@ class Column:
             dates = _join_dates(dates, _derive_dates(added))
         return Column(_CONSTRUCT, codes, entries, index, numbers=numbers, dates=dates)
 
+    def head(self, n: int) -> Column:
+        """The column of this one's first ``n`` positions (sharing its entries and derived caches: extra
+        entries that no kept position uses are harmless, as masks are gathered by position).
+
+        Raises:
+            InvalidParameterError: ``n`` is negative or past the column's end.
+        """
+        if not isinstance(n, int) or not 0 <= n <= len(self):
+            raise InvalidParameterError(f"head({n!r}) of a column of {len(self)} positions")
+        if n == len(self):
+            return self
+        return Column(_CONSTRUCT, self._codes[:n], self._entries, self._index, numbers=self._numbers, dates=self._dates)
+
     # ------------------------------------------------------------------------------------ reading
 
     def __len__(self) -> int:

@@ -80,10 +80,7 @@ from fastrag.retrieval._validation import check_positive_int
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import check_dimension, check_k, check_query_vector, check_unique_ids
 from fastrag.vector_store.sqlite import lexical, snapshot
-try:
-    from fastrag.vector_store.sqlite._columns_stub import MISSING, Column, filter_mask
-except ImportError:  # TEMPORARY until columns.py lands
-    from fastrag.vector_store.sqlite._columns_stub import MISSING, Column, filter_mask
+from fastrag.vector_store.sqlite.columns import MISSING, Column, filter_mask
 from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
 
 __all__ = ["SQLiteVectorStore"]
@@ -426,13 +423,13 @@ class SQLiteVectorStore:
         """The values of metadata ``key`` by rowid for ``snap`` (at least ``snap.size`` rows)."""
         cached = self._columns.get(key)
         if cached is not None and len(cached[0]) >= snap.size and snap.generation >= cached[1]:
-            return cached[0]
+            return cached[0].head(snap.size)
         with self._cache_lock:
             cached = self._columns.get(key)
             if cached is not None and snap.generation >= cached[1]:
                 column, valid_from = cached
                 if len(column) >= snap.size:
-                    return column
+                    return column.head(snap.size)
                 column = column.concat(_load_column(conn, key, len(column), snap.size))
                 # rows deleted before this state read as missing: valid for this state and later ones
                 self._columns[key] = (column, max(valid_from, snap.generation))
@@ -550,8 +547,8 @@ class SQLiteVectorStore:
         conn = self._conn
         while True:
             dead = conn.execute("SELECT count(*) FROM tombstones").fetchone()[0]
-            live = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
-            if dead > max(live, 1000):
+            # count(*) of the documents scans them: only when enough rows died for it to matter
+            if dead > 1000 and dead > conn.execute("SELECT count(*) FROM documents").fetchone()[0]:
                 self._compact()
                 return
             full = conn.execute(
@@ -971,22 +968,21 @@ def _dead_mask(conn: sqlite3.Connection) -> np.ndarray | None:
 def _load_column(conn: sqlite3.Connection, key: str, start: int, stop: int) -> Column:
     """The values of metadata ``key`` for rowids ``start`` to ``stop - 1`` (missing where no document)."""
     n = stop - start
-    if '"' in key or "\\" in key:  # not expressible as a JSON path label: parse the rows in Python
+    if any(c in key for c in '"\\') or any(ord(c) < 0x20 for c in key):  # no JSON path label can name it
         values: list[Any] = [MISSING] * n
         for rowid, metadata in conn.execute(
             "SELECT rowid, metadata FROM documents WHERE rowid >= ? AND rowid < ?", (start, stop)
         ):
             values[rowid - start] = json.loads(metadata).get(key, MISSING)
         return Column.from_values(values)
-    path = f'$."{key}"'
-    types: list[str | None] = [None] * n
-    found: list[Any] = [None] * n
-    for rowid, kind, value in conn.execute(
-        "SELECT rowid, json_type(metadata, ?), json_extract(metadata, ?) FROM documents WHERE rowid >= ? AND rowid < ?",
-        (path, path, start, stop),
+    # "->" gives the value's JSON text: exact where json_extract is not (integers beyond int64, text
+    # holding U+0000)
+    texts: list[str | None] = [None] * n
+    for rowid, text in conn.execute(
+        "SELECT rowid, metadata -> ? FROM documents WHERE rowid >= ? AND rowid < ?", (f'$."{key}"', start, stop)
     ):
-        types[rowid - start], found[rowid - start] = kind, value
-    return Column.from_sqlite(types, found)
+        texts[rowid - start] = text
+    return Column.from_json(texts)
 
 
 def _ranked_rows(conn: sqlite3.Connection, scores: np.ndarray, rowids: np.ndarray, k: int) -> list[Document]:
