@@ -134,3 +134,29 @@ def test_coldstart_smoke(tmp_path: Path) -> None:
     (result,) = data["results"]
     assert len(result["times"]["fastrag"]) == len(result["times"]["peer"]) == 2
     assert result["fastrag_median_s"] > 0 and result["peer_median_s"] > 0
+
+
+def test_scale_smoke(tmp_path: Path) -> None:
+    # scale.py --smoke: 300 SciFact documents and 2,000 synthetic chunks, 20 queries, every measure exercised;
+    # the peers (bm25s, tantivy, faiss) are used when installed and reported as missing otherwise
+    text = _run("scale.py", tmp_path / "scale.md")
+    bm25 = _table_rows(text, "| corpus | docs | fastrag BM25 p50 ms |")
+    assert [(r[0], r[1]) for r in bm25] == [("SciFact", "300"), ("synthetic", "2,000")]
+    filters = _table_rows(text, "| corpus | docs | filter | matching |")
+    assert [r[2] for r in filters] == ['`field("cat") == 7`', '`field("n") >= 60`']
+    assert all(r[8] == "0 / 0" for r in filters)  # a full top 10 whenever 10 match, and every hit matches
+    dense = _table_rows(text, "| corpus | docs | fastrag dense p50 ms |")
+    assert all(float(r[12]) >= 0.9 for r in dense)  # the store's exact k-NN finds numpy's top 10
+    assert len(_table_rows(text, "| corpus | docs | status | ANN p50 ms |")) == 2  # a result or "not available"
+    hybrid = _table_rows(text, "| corpus | docs | candidate_k |")
+    assert all(r[7].endswith("x") for r in hybrid)
+    ingest = _table_rows(text, "| corpus | docs | wall s | docs/s |")
+    assert all("store.db" in r[9] for r in ingest)  # the files the store left, listed
+    (trickle,) = _table_rows(text, "| corpus | docs | blocks x queries run |")
+    assert int(trickle[3].replace(",", "")) > 0 and trickle[8] == "no"  # the writer committed; it stopped
+    assert len(_table_rows(text, "| corpus | docs | RSS after warm-up MB |")) == 2
+    data = json.loads((tmp_path / "scale.json").read_text())
+    assert [r["spec"] for r in data["results"]] == ["scifact", "synthetic:2000"]
+    assert not any("error" in r for r in data["results"])
+    if "Charts skipped" not in text:
+        assert (tmp_path / "scale-latency.png").stat().st_size > 0 and (tmp_path / "scale-ingest.png").stat().st_size > 0
