@@ -27,7 +27,7 @@ as "thread hop"):
   into a field whose analyzer is tantivy's whitespace tokenizer alone (registered as ``fastrag_terms``: no
   lowercasing, no stemming, no long-token removal, so every term arrives unchanged), indexed with term
   frequencies and no positions; a query is a ``BooleanQuery`` of ``SHOULD`` ``TermQuery``s built directly
-  (no query parser, which would choke on terms such as ``covid-19``), searched with ``count=False`` (top 10
+  (no query parser, whose syntax could reinterpret a term), searched with ``count=False`` (top 10
   only, so tantivy may skip blocks; counting every match would forbid that); the 10 hits' row numbers are
   read from a stored field;
 * **numpy** exact k-NN: ``m @ q`` then ``argpartition`` and a sort of the top 10, the matrix in RAM;
