@@ -26,15 +26,16 @@ and ``avgdl`` counted over the live documents, exactly as when every posting was
 
 from __future__ import annotations
 
-import math
 import sqlite3
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 __all__ = [
     "BM25_B",
+    "PostingsCache",
     "BM25_K1",
     "MERGE_FACTOR",
     "SCHEMA",
@@ -156,38 +157,112 @@ def bm25_scores(
     live: np.ndarray | None,
     norms: np.ndarray,
     n_docs: int,
-    size: int,
-) -> np.ndarray | None:
-    """BM25 scores of every rowid for the query terms whose postings rows are ``found``.
+) -> tuple[np.ndarray, np.ndarray]:
+    """BM25 scores of the documents sharing a term with the query whose postings rows are ``found``.
+
+    Every query term is scored at once: the rows' blobs are joined and decoded by numpy in one pass, so
+    the cost is one numpy pass over the postings, whatever the number of terms and segments.
 
     Args:
         found: ``(term, docs, tfs)`` postings rows of the query's terms, from any number of segments.
         live: bool per rowid, or ``None`` when every rowid the postings name is live.
         norms: float64 per rowid: ``k1 * (1 - b + b * |d| / avgdl)``.
         n_docs: ``N``, the number of live documents.
-        size: the length of the returned array (one past the largest rowid).
 
     Returns:
-        float64 ``(size,)`` scores indexed by rowid, 0 for documents sharing no term (every match scores
-        > 0: Lucene's idf is positive), or ``None`` when no posting is live.
+        ``(rowids, scores)``: int64 rowids ascending and their float64 BM25 scores (> 0: Lucene's idf is
+        positive); both empty when no posting is live.
     """
-    by_term: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
-    for term, docs, tfs in found:
-        by_term[term].append(decode(docs, tfs))
-    scores: np.ndarray | None = None
-    for pieces in by_term.values():
-        docs = np.concatenate([p[0] for p in pieces]) if len(pieces) > 1 else pieces[0][0]
-        tfs = np.concatenate([p[1].astype(np.uint32) for p in pieces]) if len(pieces) > 1 else pieces[0][1]
-        if live is not None:
-            keep = live[docs]
-            docs, tfs = docs[keep], tfs[keep]
-        df = len(docs)
-        if df == 0:
-            continue
-        idf = math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
-        tf = tfs.astype(np.float64)
-        if scores is None:
-            scores = np.zeros(size, dtype=np.float64)
-        # rowids are distinct within one term (a document is in one segment), so += adds once per document
-        scores[docs] += idf * (BM25_K1 + 1.0) * tf / (tf + norms[docs])
-    return scores
+    rows = found if isinstance(found, list) else list(found)
+    if not rows:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    index: dict[str, int] = {}
+    row_terms = np.fromiter((index.setdefault(term, len(index)) for term, _, _ in rows), dtype=np.int64, count=len(rows))
+    counts = np.fromiter((len(d) >> 2 for _, d, _ in rows), dtype=np.int64, count=len(rows))
+    docs = np.frombuffer(b"".join([d for _, d, _ in rows]), dtype=_DOCS)
+    if all(2 * len(f) == len(d) for _, d, f in rows):  # 2 bytes a frequency, 4 a rowid
+        tfs = np.frombuffer(b"".join([f for _, _, f in rows]), dtype=_TF16)
+    else:  # a row with a frequency past 65,535 is stored as uint32
+        tfs = np.concatenate([decode(d, f)[1].astype(np.uint32) for _, d, f in rows])
+    terms = np.repeat(row_terms, counts)
+    if live is not None:
+        keep = live[docs]
+        docs, tfs, terms = docs[keep], tfs[keep], terms[keep]
+    if not len(docs):
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    df = np.bincount(terms, minlength=len(index)).astype(np.float64)
+    idf = np.log1p((n_docs - df + 0.5) / (df + 0.5))
+    tf = tfs.astype(np.float64)
+    contributions = idf[terms] * (BM25_K1 + 1.0) * tf / (tf + norms[docs])
+    if len(docs) * 8 >= len(norms):  # many postings: a dense array by rowid is cheaper than a sort
+        dense = np.bincount(docs, weights=contributions, minlength=len(norms))
+        rowids = np.flatnonzero(dense)
+        return rowids, dense[rowids]
+    rowids, inverse = np.unique(docs, return_inverse=True)
+    return rowids.astype(np.int64), np.bincount(inverse, weights=contributions, minlength=len(rowids))
+
+
+class PostingsCache:
+    """The postings rows of recently searched terms, so a hot term costs no SQL (a bounded LRU).
+
+    An entry holds one term's rows for a set of segments. A search whose state has exactly those
+    segments uses it as it is; one whose state added segments (a write since) reads only the new
+    segments' rows for that term and extends the entry; anything else (a merge replaced segments) reads
+    the term again. Postings never change inside a segment, so an entry is never stale, only incomplete.
+
+    Args:
+        max_bytes: the most postings bytes kept; the least recently used terms are dropped beyond it.
+    """
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, tuple[frozenset[int], list[tuple[str, bytes, bytes]], int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def rows(self, conn: sqlite3.Connection, segments: tuple[int, ...], terms: Sequence[str]) -> list[tuple[str, bytes, bytes]]:
+        """The ``(term, docs, tfs)`` rows of ``terms`` in ``segments``, read through the cache on ``conn``."""
+        wanted = frozenset(segments)
+        out: list[tuple[str, bytes, bytes]] = []
+        missing: dict[frozenset[int], list[str]] = defaultdict(list)  # segments to read -> terms
+        known: dict[str, tuple[frozenset[int], list[tuple[str, bytes, bytes]]]] = {}
+        with self._lock:
+            for term in terms:
+                entry = self._entries.get(term)
+                if entry is not None and entry[0] <= wanted:
+                    self._entries.move_to_end(term)
+                    out.extend(entry[1])
+                    if entry[0] != wanted:
+                        known[term] = (entry[0], entry[1])
+                        missing[wanted - entry[0]].append(term)
+                else:
+                    missing[wanted].append(term)
+        fetched: dict[str, list[tuple[str, bytes, bytes]]] = defaultdict(list)
+        for segs, group in missing.items():
+            ids = sorted(segs)
+            for row in conn.execute(
+                f"SELECT term, docs, tfs FROM postings WHERE segment IN ({','.join('?' * len(ids))}) "
+                f"AND term IN ({','.join('?' * len(group))})",
+                [*ids, *group],
+            ):
+                fetched[row[0]].append(row)
+                out.append(row)
+        with self._lock:
+            for segs, group in missing.items():
+                for term in group:
+                    base = known.get(term, (frozenset(), []))[1]
+                    self._put(term, wanted, base + fetched.get(term, []))
+        return out
+
+    def _put(self, term: str, segments: frozenset[int], rows: list[tuple[str, bytes, bytes]]) -> None:
+        size = sum(len(d) + len(f) for _, d, f in rows) + 100
+        if size > self.max_bytes // 4:
+            return  # one term never takes over the cache
+        old = self._entries.pop(term, None)
+        if old is not None:
+            self._bytes -= old[2]
+        self._entries[term] = (segments, rows, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, (_, _, dropped) = self._entries.popitem(last=False)
+            self._bytes -= dropped

@@ -188,6 +188,7 @@ class SQLiteVectorStore:
         self._snapshot: Snapshot = EMPTY
         self._arena: Arena | None = None
         self._columns: dict[str, tuple[Column, int]] = {}
+        self._postings = lexical.PostingsCache()  # hot terms' postings rows, valid across states
         self._conn = self._open()
         try:
             self.dimension: int | None = self._check_meta("dimension", dimension, int)
@@ -755,20 +756,14 @@ class SQLiteVectorStore:
         terms = sorted(set(analyzer.analyze(query, for_query=True)))
         if not terms or not snap.segments or not snap.n_live:
             return []
-        found = conn.execute(
-            f"SELECT term, docs, tfs FROM postings WHERE segment IN ({','.join('?' * len(snap.segments))}) "
-            f"AND term IN ({','.join('?' * len(terms))})",
-            [*snap.segments, *terms],
+        found = self._postings.rows(conn, snap.segments, terms)
+        candidates, scores = lexical.bm25_scores(
+            found, live=None if snap.all_live else snap.live, norms=snap.norms, n_docs=snap.n_live
         )
-        scores = lexical.bm25_scores(
-            found, live=None if snap.all_live else snap.live, norms=snap.norms, n_docs=snap.n_live, size=snap.size
-        )
-        if scores is None:
-            return []
-        candidates = np.flatnonzero(scores)
-        if node is not None:
-            candidates = candidates[self._mask(conn, snap, node)[candidates]]
-        return _ranked_rows(conn, scores[candidates], candidates, k)
+        if node is not None and len(candidates):
+            keep = self._mask(conn, snap, node)[candidates]
+            candidates, scores = candidates[keep], scores[keep]
+        return _ranked_rows(conn, scores, candidates, k) if len(candidates) else []
 
     async def search_vector(
         self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None  # noqa: A002
