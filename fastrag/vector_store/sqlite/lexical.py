@@ -37,9 +37,11 @@ __all__ = [
     "BM25_B",
     "PostingsCache",
     "BM25_K1",
+    "MAXSCORE_MIN_POSTINGS",
     "MERGE_FACTOR",
     "SCHEMA",
     "bm25_scores",
+    "bm25_top",
     "decode",
     "insert_segment",
     "merge_segments",
@@ -202,6 +204,52 @@ def bm25_scores(
     return rowids.astype(np.int64), np.bincount(inverse, weights=contributions, minlength=len(rowids))
 
 
+MAXSCORE_MIN_POSTINGS = 50_000
+"""From this many postings in a query's terms, :func:`bm25_top` prunes with MaxScore instead of scoring
+every posting (below it one numpy pass over everything is cheaper than the bookkeeping)."""
+
+
+def bm25_top(
+    found: list[tuple[str, bytes, bytes]],
+    *,
+    live: np.ndarray | None,
+    allowed: np.ndarray | None,
+    norms: np.ndarray,
+    n_docs: int,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates holding the ``k`` best BM25 documents for the query terms whose postings are ``found``.
+
+    Args:
+        found: ``(term, docs, tfs)`` postings rows of the query's terms, from any number of segments.
+        live: bool per rowid, or ``None`` when every rowid the postings name is live. Document
+            frequencies count live documents only, as BM25's statistics are over the whole collection.
+        allowed: bool per rowid of the documents that may be returned (a filter), or ``None`` for all.
+        norms: float64 per rowid: ``k1 * (1 - b + b * |d| / avgdl)``.
+        n_docs: ``N``, the number of live documents.
+        k: how many of the best documents the candidates must hold.
+
+    Returns:
+        ``(rowids, scores)``: rowids (int64, ascending) and their exact float64 BM25 scores (> 0: Lucene's
+        idf is positive). Every document outside them scores strictly less than the ``k``-th best among
+        them (or shares no term), so their top ``k`` (ties by id) is the top ``k`` of the whole collection.
+        Both empty when no allowed, live document shares a term.
+
+    Small queries score every posting in one numpy pass. From :data:`MAXSCORE_MIN_POSTINGS` postings,
+    MaxScore (Turtle & Flood 1995, "Query evaluation: strategies and optimizations"): terms are taken
+    by decreasing upper bound of their contribution; once the bounds of the terms left sum below a
+    lower bound of the ``k``-th best score, documents found only in those terms cannot reach the top
+    ``k``, so those terms' long posting lists are only probed (binary search) for the candidates.
+    """
+    if sum(len(d) for _, d, _ in found) >> 2 >= MAXSCORE_MIN_POSTINGS:
+        return _maxscore(found, live=live, allowed=allowed, norms=norms, n_docs=n_docs, k=k)
+    rowids, scores = bm25_scores(found, live=live, norms=norms, n_docs=n_docs)
+    if allowed is not None and len(rowids):
+        keep = allowed[rowids]
+        rowids, scores = rowids[keep], scores[keep]
+    return rowids, scores
+
+
 class PostingsCache:
     """The postings rows of recently searched terms, so a hot term costs no SQL (a bounded LRU).
 
@@ -266,3 +314,88 @@ class PostingsCache:
         while self._bytes > self.max_bytes:
             _, (_, _, dropped) = self._entries.popitem(last=False)
             self._bytes -= dropped
+
+
+def _term_lists(
+    found: list[tuple[str, bytes, bytes]], live: np.ndarray | None, allowed: np.ndarray | None, n_docs: int
+) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
+    """Per query term ``(upper bound, idf, rowids ascending, tfs)`` of its live, allowed postings."""
+    by_term: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    for term, d, f in found:
+        by_term[term].append(decode(d, f))
+    lists = []
+    for pieces in by_term.values():
+        if len(pieces) > 1:
+            pieces.sort(key=lambda p: int(p[0][0]) if len(p[0]) else 0)
+            docs = np.concatenate([p[0] for p in pieces])
+            tfs = np.concatenate([p[1].astype(np.uint32) for p in pieces])
+            if not (np.diff(docs) > 0).all():  # segments whose rowid ranges interleave
+                order = np.argsort(docs, kind="stable")
+                docs, tfs = docs[order], tfs[order]
+        else:
+            docs, tfs = pieces[0]
+        if live is not None:
+            keep = live[docs]
+            docs, tfs = docs[keep], tfs[keep]
+        df = len(docs)
+        if df == 0:
+            continue
+        idf = float(np.log1p((n_docs - df + 0.5) / (df + 0.5)))
+        if allowed is not None:
+            keep = allowed[docs]
+            docs, tfs = docs[keep], tfs[keep]
+            if not len(docs):
+                continue
+        tf_max = float(tfs.max())
+        # tf / (tf + norm) grows with tf and falls with norm, whose least value is k1 * (1 - b) (length 0)
+        # (raised by a few ulps so rounding in a contribution can never pass it)
+        bound = idf * (BM25_K1 + 1.0) * tf_max / (tf_max + BM25_K1 * (1.0 - BM25_B)) * (1.0 + 1e-9)
+        lists.append((bound, idf, docs, tfs))
+    lists.sort(key=lambda t: -t[0])
+    return lists
+
+
+def _maxscore(
+    found: list[tuple[str, bytes, bytes]],
+    *,
+    live: np.ndarray | None,
+    allowed: np.ndarray | None,
+    norms: np.ndarray,
+    n_docs: int,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    lists = _term_lists(found, live, allowed, n_docs)
+    if not lists:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    rest = np.cumsum([t[0] for t in lists][::-1])[::-1].tolist() + [0.0]  # rest[j]: bounds of lists[j:]
+    threshold = 0.0  # a lower bound of the k-th best score
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+    j = 0
+    while j < len(lists) and not (threshold > 0.0 and rest[j] < threshold):
+        _, idf, docs, tfs = lists[j]
+        tf = tfs.astype(np.float64)
+        contributions = idf * (BM25_K1 + 1.0) * tf / (tf + norms[docs])
+        parts.append((docs, contributions))
+        if len(contributions) >= k:  # k documents score at least this much from this term alone
+            threshold = max(threshold, float(np.partition(contributions, len(contributions) - k)[len(contributions) - k]))
+        j += 1
+    docs = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+    contributions = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+    if len(parts) == 1:
+        rowids, scores = docs.astype(np.int64), contributions.copy()
+    elif len(docs) * 8 >= len(norms):
+        dense = np.bincount(docs, weights=contributions, minlength=len(norms))
+        rowids = np.flatnonzero(dense)
+        scores = dense[rowids]
+    else:
+        rowids, inverse = np.unique(docs, return_inverse=True)
+        rowids, scores = rowids.astype(np.int64), np.bincount(inverse, weights=contributions, minlength=len(rowids))
+    for _, idf, docs, tfs in lists[j:]:  # the terms left: probed for the candidates only
+        at = np.searchsorted(docs, rowids)
+        inside = at < len(docs)
+        hit = np.zeros(len(rowids), dtype=bool)
+        hit[inside] = docs[at[inside]] == rowids[inside]
+        if hit.any():
+            tf = tfs[at[hit]].astype(np.float64)
+            scores[hit] += idf * (BM25_K1 + 1.0) * tf / (tf + norms[rowids[hit]])
+    return rowids, scores

@@ -757,12 +757,14 @@ class SQLiteVectorStore:
         if not terms or not snap.segments or not snap.n_live:
             return []
         found = self._postings.rows(conn, snap.segments, terms)
-        candidates, scores = lexical.bm25_scores(
-            found, live=None if snap.all_live else snap.live, norms=snap.norms, n_docs=snap.n_live
+        candidates, scores = lexical.bm25_top(
+            found,
+            live=None if snap.all_live else snap.live,
+            allowed=None if node is None else self._mask(conn, snap, node),
+            norms=snap.norms,
+            n_docs=snap.n_live,
+            k=k,
         )
-        if node is not None and len(candidates):
-            keep = self._mask(conn, snap, node)[candidates]
-            candidates, scores = candidates[keep], scores[keep]
         return _ranked_rows(conn, scores, candidates, k) if len(candidates) else []
 
     async def search_vector(
