@@ -91,7 +91,7 @@ class _Missing:
 
 
 MISSING: Final = _Missing()
-"""Stands for an absent key in :meth:`Column.from_values`, and is what :meth:`Column.__getitem__` returns for
+"""Stands for an absent key in :meth:`Column.from_values`, and is what ``column[i]`` returns for
 one. It is not ``None``: ``None`` is the JSON ``null`` value, which is present."""
 
 _PER_DISTINCT_LIMIT = 1024

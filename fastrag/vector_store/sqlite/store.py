@@ -8,8 +8,8 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
 
 - **Storage**: ``documents(rowid, id, content, metadata)`` holds what a search returns. Every write
   also appends one *block* (the rowids it wrote, their BM25 lengths and their L2-normalised vectors as
-  one float32 matrix; :mod:`.snapshot`) and one BM25 *segment* (per term, the rowids and term
-  frequencies as packed arrays; :mod:`.lexical`), all in one transaction. Rowids are never reused: an
+  one float32 matrix; :mod:`fastrag.vector_store.sqlite.snapshot`) and one BM25 *segment* (per term, the rowids and term
+  frequencies as packed arrays; :mod:`fastrag.vector_store.sqlite.lexical`), all in one transaction. Rowids are never reused: an
   update writes a new version under a new rowid and tombstones the old one, so every block and posting
   stays valid for the life of the file.
 - **BM25** is Lucene's (``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, k1 = 1.2, b = 0.75; Robertson &
@@ -27,7 +27,7 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
   matrix (the read-only floor: the scan reads each vector once). Documents without a vector, deleted
   ones and (with a filter) non-matching ones are masked out before the top-k cut, so a filtered top-k is
   never short while enough documents match.
-- **Filters** are evaluated on in-memory columns of the metadata (:mod:`.columns`), one per key, built
+- **Filters** are evaluated on in-memory columns of the metadata (:mod:`fastrag.vector_store.sqlite.columns`), one per key, built
   on first use and extended as documents are added, with exactly the reference semantics of
   :func:`fastrag.filters.matches`: a filter costs one vectorised mask, not a scan with a JSON parse per row.
 - **Writes** are single transactions: an interrupted upsert or delete leaves the previous state. File
@@ -38,7 +38,7 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
   committed state (a snapshot) even while this store, another store or another process writes.
   ``":memory:"`` (and ``""``) cannot be shared between connections: such a store keeps one connection.
 - **Caches**: the vectors, BM25 lengths and liveness of the newest state a read has seen are kept in
-  memory (:class:`~.snapshot.Snapshot`), named by the generation the database keeps (``meta.generation``,
+  memory (:class:`~fastrag.vector_store.sqlite.snapshot.Snapshot`), named by the generation the database keeps (``meta.generation``,
   raised by every write in its own transaction). A read of a newer state extends them by the blocks and
   tombstones written since (a commit of 10 documents costs readers 10 documents, not a reload); a read of
   an older state than the cache derives its own view. So a read never scores with another state's data.
