@@ -30,6 +30,7 @@ import sqlite3
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,7 +41,7 @@ __all__ = [
     "MAXSCORE_MIN_POSTINGS",
     "MERGE_FACTOR",
     "SCHEMA",
-    "bm25_scores",
+    "TermList",
     "bm25_top",
     "decode",
     "insert_segment",
@@ -57,7 +58,7 @@ _TF32 = np.dtype("<u4")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS segments (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: readers and caches name blocks and segments by id
     level INTEGER NOT NULL,
     n_postings INTEGER NOT NULL
 );
@@ -153,249 +154,209 @@ def _padded(dead: np.ndarray, docs: np.ndarray) -> np.ndarray:
     return gone
 
 
-def bm25_scores(
-    found: Iterable[tuple[str, bytes, bytes]],
-    *,
-    live: np.ndarray | None,
-    norms: np.ndarray,
-    n_docs: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """BM25 scores of the documents sharing a term with the query whose postings rows are ``found``.
-
-    Every query term is scored at once: the rows' blobs are joined and decoded by numpy in one pass, so
-    the cost is one numpy pass over the postings, whatever the number of terms and segments.
-
-    Args:
-        found: ``(term, docs, tfs)`` postings rows of the query's terms, from any number of segments.
-        live: bool per rowid, or ``None`` when every rowid the postings name is live.
-        norms: float64 per rowid: ``k1 * (1 - b + b * |d| / avgdl)``.
-        n_docs: ``N``, the number of live documents.
-
-    Returns:
-        ``(rowids, scores)``: int64 rowids ascending and their float64 BM25 scores (> 0: Lucene's idf is
-        positive); both empty when no posting is live.
-    """
-    rows = found if isinstance(found, list) else list(found)
-    if not rows:
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    index: dict[str, int] = {}
-    row_terms = np.fromiter((index.setdefault(term, len(index)) for term, _, _ in rows), dtype=np.int64, count=len(rows))
-    counts = np.fromiter((len(d) >> 2 for _, d, _ in rows), dtype=np.int64, count=len(rows))
-    docs = np.frombuffer(b"".join([d for _, d, _ in rows]), dtype=_DOCS)
-    if all(2 * len(f) == len(d) for _, d, f in rows):  # 2 bytes a frequency, 4 a rowid
-        tfs = np.frombuffer(b"".join([f for _, _, f in rows]), dtype=_TF16)
-    else:  # a row with a frequency past 65,535 is stored as uint32
-        tfs = np.concatenate([decode(d, f)[1].astype(np.uint32) for _, d, f in rows])
-    terms = np.repeat(row_terms, counts)
-    if live is not None:
-        keep = live[docs]
-        docs, tfs, terms = docs[keep], tfs[keep], terms[keep]
-    if not len(docs):
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    df = np.bincount(terms, minlength=len(index)).astype(np.float64)
-    idf = np.log1p((n_docs - df + 0.5) / (df + 0.5))
-    tf = tfs.astype(np.float64)
-    contributions = idf[terms] * (BM25_K1 + 1.0) * tf / (tf + norms[docs])
-    if len(docs) * 8 >= len(norms):  # many postings: a dense array by rowid is cheaper than a sort
-        dense = np.bincount(docs, weights=contributions, minlength=len(norms))
-        rowids = np.flatnonzero(dense)
-        return rowids, dense[rowids]
-    rowids, inverse = np.unique(docs, return_inverse=True)
-    return rowids.astype(np.int64), np.bincount(inverse, weights=contributions, minlength=len(rowids))
-
-
 MAXSCORE_MIN_POSTINGS = 50_000
 """From this many postings in a query's terms, :func:`bm25_top` prunes with MaxScore instead of scoring
 every posting (below it one numpy pass over everything is cheaper than the bookkeeping)."""
 
 
+class TermList(NamedTuple):
+    """One query term's postings over every segment of a state: rowids ascending (int32), their term
+    frequencies, and ``weights``: BM25's term-frequency part ``(k1 + 1) * tf / (tf + norm)`` per
+    posting (float32), for the document lengths' mean the lists were read with."""
+
+    docs: np.ndarray
+    tfs: np.ndarray
+    weights: np.ndarray
+
+
 def bm25_top(
-    found: list[tuple[str, bytes, bytes]],
+    lists: Sequence[TermList],
     *,
     live: np.ndarray | None,
     allowed: np.ndarray | None,
-    norms: np.ndarray,
     n_docs: int,
+    size: int,
     k: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Candidates holding the ``k`` best BM25 documents for the query terms whose postings are ``found``.
+    """Candidates holding the ``k`` best BM25 documents for a query whose terms' postings are ``lists``.
+
+    ``score(d) = sum_t idf(t) * weight(t, d)`` with ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``.
 
     Args:
-        found: ``(term, docs, tfs)`` postings rows of the query's terms, from any number of segments.
+        lists: one :class:`TermList` per query term found in the index.
         live: bool per rowid, or ``None`` when every rowid the postings name is live. Document
             frequencies count live documents only, as BM25's statistics are over the whole collection.
         allowed: bool per rowid of the documents that may be returned (a filter), or ``None`` for all.
-        norms: float64 per rowid: ``k1 * (1 - b + b * |d| / avgdl)``.
         n_docs: ``N``, the number of live documents.
+        size: one past the largest rowid.
         k: how many of the best documents the candidates must hold.
 
     Returns:
-        ``(rowids, scores)``: rowids (int64, ascending) and their exact float64 BM25 scores (> 0: Lucene's
+        ``(rowids, scores)``: rowids (int64, ascending) and their float64 BM25 scores (> 0: Lucene's
         idf is positive). Every document outside them scores strictly less than the ``k``-th best among
-        them (or shares no term), so their top ``k`` (ties by id) is the top ``k`` of the whole collection.
+        them (or shares no term), so their top ``k`` (ties by id) is the top ``k`` of the collection.
         Both empty when no allowed, live document shares a term.
 
-    Small queries score every posting in one numpy pass. From :data:`MAXSCORE_MIN_POSTINGS` postings,
-    MaxScore (Turtle & Flood 1995, "Query evaluation: strategies and optimizations"): terms are taken
-    by decreasing upper bound of their contribution; once the bounds of the terms left sum below a
-    lower bound of the ``k``-th best score, documents found only in those terms cannot reach the top
-    ``k``, so those terms' long posting lists are only probed (binary search) for the candidates.
+    Small queries score every posting. From :data:`MAXSCORE_MIN_POSTINGS` postings, MaxScore (Turtle &
+    Flood 1995, "Query evaluation: strategies and optimizations"): terms are taken by decreasing upper
+    bound of their contribution (idf times their largest weight); once the bounds of the terms left sum
+    below a lower bound of the ``k``-th best score, documents found only in those terms cannot reach
+    the top ``k``, so those terms' (long) lists are only binary-searched for the candidates.
     """
-    if sum(len(d) for _, d, _ in found) >> 2 >= MAXSCORE_MIN_POSTINGS:
-        return _maxscore(found, live=live, allowed=allowed, norms=norms, n_docs=n_docs, k=k)
-    rowids, scores = bm25_scores(found, live=live, norms=norms, n_docs=n_docs)
-    if allowed is not None and len(rowids):
-        keep = allowed[rowids]
-        rowids, scores = rowids[keep], scores[keep]
-    return rowids, scores
-
-
-class PostingsCache:
-    """The postings rows of recently searched terms, so a hot term costs no SQL (a bounded LRU).
-
-    An entry holds one term's rows for a set of segments. A search whose state has exactly those
-    segments uses it as it is; one whose state added segments (a write since) reads only the new
-    segments' rows for that term and extends the entry; anything else (a merge replaced segments) reads
-    the term again. Postings never change inside a segment, so an entry is never stale, only incomplete.
-
-    Args:
-        max_bytes: the most postings bytes kept; the least recently used terms are dropped beyond it.
-    """
-
-    def __init__(self, max_bytes: int = 64 << 20) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, tuple[frozenset[int], list[tuple[str, bytes, bytes]], int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def rows(self, conn: sqlite3.Connection, segments: tuple[int, ...], terms: Sequence[str]) -> list[tuple[str, bytes, bytes]]:
-        """The ``(term, docs, tfs)`` rows of ``terms`` in ``segments``, read through the cache on ``conn``."""
-        wanted = frozenset(segments)
-        out: list[tuple[str, bytes, bytes]] = []
-        missing: dict[frozenset[int], list[str]] = defaultdict(list)  # segments to read -> terms
-        known: dict[str, tuple[frozenset[int], list[tuple[str, bytes, bytes]]]] = {}
-        with self._lock:
-            for term in terms:
-                entry = self._entries.get(term)
-                if entry is not None and entry[0] <= wanted:
-                    self._entries.move_to_end(term)
-                    out.extend(entry[1])
-                    if entry[0] != wanted:
-                        known[term] = (entry[0], entry[1])
-                        missing[wanted - entry[0]].append(term)
-                else:
-                    missing[wanted].append(term)
-        fetched: dict[str, list[tuple[str, bytes, bytes]]] = defaultdict(list)
-        for segs, group in missing.items():
-            ids = sorted(segs)
-            for row in conn.execute(
-                f"SELECT term, docs, tfs FROM postings WHERE segment IN ({','.join('?' * len(ids))}) "
-                f"AND term IN ({','.join('?' * len(group))})",
-                [*ids, *group],
-            ):
-                fetched[row[0]].append(row)
-                out.append(row)
-        with self._lock:
-            for segs, group in missing.items():
-                for term in group:
-                    base = known.get(term, (frozenset(), []))[1]
-                    self._put(term, wanted, base + fetched.get(term, []))
-        return out
-
-    def _put(self, term: str, segments: frozenset[int], rows: list[tuple[str, bytes, bytes]]) -> None:
-        size = sum(len(d) + len(f) for _, d, f in rows) + 100
-        if size > self.max_bytes // 4:
-            return  # one term never takes over the cache
-        old = self._entries.pop(term, None)
-        if old is not None:
-            self._bytes -= old[2]
-        self._entries[term] = (segments, rows, size)
-        self._bytes += size
-        while self._bytes > self.max_bytes:
-            _, (_, _, dropped) = self._entries.popitem(last=False)
-            self._bytes -= dropped
-
-
-def _term_lists(
-    found: list[tuple[str, bytes, bytes]], live: np.ndarray | None, allowed: np.ndarray | None, n_docs: int
-) -> list[tuple[float, float, np.ndarray, np.ndarray]]:
-    """Per query term ``(upper bound, idf, rowids ascending, tfs)`` of its live, allowed postings."""
-    by_term: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
-    for term, d, f in found:
-        by_term[term].append(decode(d, f))
-    lists = []
-    for pieces in by_term.values():
-        if len(pieces) > 1:
-            pieces.sort(key=lambda p: int(p[0][0]) if len(p[0]) else 0)
-            docs = np.concatenate([p[0] for p in pieces])
-            tfs = np.concatenate([p[1].astype(np.uint32) for p in pieces])
-            if not (np.diff(docs) > 0).all():  # segments whose rowid ranges interleave
-                order = np.argsort(docs, kind="stable")
-                docs, tfs = docs[order], tfs[order]
-        else:
-            docs, tfs = pieces[0]
+    scored: list[tuple[float, float, np.ndarray, np.ndarray]] = []  # (bound, idf, docs, weights)
+    for docs, _, weights in lists:
         if live is not None:
             keep = live[docs]
-            docs, tfs = docs[keep], tfs[keep]
+            docs, weights = docs[keep], weights[keep]
         df = len(docs)
         if df == 0:
             continue
         idf = float(np.log1p((n_docs - df + 0.5) / (df + 0.5)))
         if allowed is not None:
             keep = allowed[docs]
-            docs, tfs = docs[keep], tfs[keep]
+            docs, weights = docs[keep], weights[keep]
             if not len(docs):
                 continue
-        tf_max = float(tfs.max())
-        # tf / (tf + norm) grows with tf and falls with norm, whose least value is k1 * (1 - b) (length 0)
-        # (raised by a few ulps so rounding in a contribution can never pass it)
-        bound = idf * (BM25_K1 + 1.0) * tf_max / (tf_max + BM25_K1 * (1.0 - BM25_B)) * (1.0 + 1e-9)
-        lists.append((bound, idf, docs, tfs))
-    lists.sort(key=lambda t: -t[0])
-    return lists
-
-
-def _maxscore(
-    found: list[tuple[str, bytes, bytes]],
-    *,
-    live: np.ndarray | None,
-    allowed: np.ndarray | None,
-    norms: np.ndarray,
-    n_docs: int,
-    k: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    lists = _term_lists(found, live, allowed, n_docs)
-    if not lists:
+        scored.append((idf * float(weights.max()), idf, docs, weights))
+    if not scored:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    rest = np.cumsum([t[0] for t in lists][::-1])[::-1].tolist() + [0.0]  # rest[j]: bounds of lists[j:]
-    threshold = 0.0  # a lower bound of the k-th best score
-    parts: list[tuple[np.ndarray, np.ndarray]] = []
-    j = 0
-    while j < len(lists) and not (threshold > 0.0 and rest[j] < threshold):
-        _, idf, docs, tfs = lists[j]
-        tf = tfs.astype(np.float64)
-        contributions = idf * (BM25_K1 + 1.0) * tf / (tf + norms[docs])
-        parts.append((docs, contributions))
-        if len(contributions) >= k:  # k documents score at least this much from this term alone
-            threshold = max(threshold, float(np.partition(contributions, len(contributions) - k)[len(contributions) - k]))
-        j += 1
-    docs = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-    contributions = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
-    if len(parts) == 1:
-        rowids, scores = docs.astype(np.int64), contributions.copy()
-    elif len(docs) * 8 >= len(norms):
-        dense = np.bincount(docs, weights=contributions, minlength=len(norms))
-        rowids = np.flatnonzero(dense)
-        scores = dense[rowids]
-    else:
-        rowids, inverse = np.unique(docs, return_inverse=True)
-        rowids, scores = rowids.astype(np.int64), np.bincount(inverse, weights=contributions, minlength=len(rowids))
-    for _, idf, docs, tfs in lists[j:]:  # the terms left: probed for the candidates only
+    total = sum(len(t[2]) for t in scored)
+    essential = len(scored)
+    if total >= MAXSCORE_MIN_POSTINGS and len(scored) > 1:
+        scored.sort(key=lambda t: -t[0])
+        rest = np.cumsum([t[0] for t in scored][::-1])[::-1].tolist() + [0.0]  # rest[j]: bounds of scored[j:]
+        threshold = 0.0  # a lower bound of the k-th best score
+        essential = 0
+        while essential < len(scored) and not (threshold > 0.0 and rest[essential] < threshold * (1.0 - 1e-9)):
+            _, idf, _, weights = scored[essential]
+            if len(weights) >= k:  # k documents score at least this much from this term alone
+                threshold = max(threshold, idf * float(np.partition(weights, len(weights) - k)[len(weights) - k]))
+            essential += 1
+    rowids, scores = _accumulate(scored[:essential], size)
+    for _, idf, docs, weights in scored[essential:]:  # the terms left: probed for the candidates only
         at = np.searchsorted(docs, rowids)
         inside = at < len(docs)
         hit = np.zeros(len(rowids), dtype=bool)
         hit[inside] = docs[at[inside]] == rowids[inside]
-        if hit.any():
-            tf = tfs[at[hit]].astype(np.float64)
-            scores[hit] += idf * (BM25_K1 + 1.0) * tf / (tf + norms[rowids[hit]])
+        scores[hit] += idf * weights[at[hit]].astype(np.float64)
     return rowids, scores
+
+
+def _accumulate(scored: list[tuple[float, float, np.ndarray, np.ndarray]], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rowids (ascending) and the summed ``idf * weight`` of the documents in ``scored``'s lists."""
+    if len(scored) == 1:
+        _, idf, docs, weights = scored[0]
+        return docs.astype(np.int64), idf * weights.astype(np.float64)
+    total = sum(len(t[2]) for t in scored)
+    if total * 8 >= size:  # many postings: a dense array by rowid is cheaper than a sort
+        dense = np.zeros(size, dtype=np.float64)
+        for _, idf, docs, weights in scored:
+            dense[docs] += idf * weights.astype(np.float64)  # rowids are distinct within a term: one addition each
+        rowids = np.flatnonzero(dense)
+        return rowids, dense[rowids]
+    docs = np.concatenate([t[2] for t in scored])
+    contributions = np.concatenate([t[1] * t[3].astype(np.float64) for t in scored])
+    rowids, inverse = np.unique(docs, return_inverse=True)
+    return rowids.astype(np.int64), np.bincount(inverse, weights=contributions, minlength=len(rowids))
+
+
+class PostingsCache:
+    """Decoded postings of recently searched terms, with their BM25 weights: a hot term costs no SQL and
+    no decoding (a bounded LRU).
+
+    An entry holds one term's postings over a set of segments. A search whose state has exactly those
+    segments uses it as it is; one whose state added segments (a write since) reads only the new
+    segments' rows for that term and extends the entry; anything else (a merge replaced segments) reads
+    the term again. Postings never change inside a segment, so an entry is never stale, only incomplete.
+    Weights depend on the mean document length, so they are recomputed when it changed.
+
+    Args:
+        max_bytes: the most bytes of arrays kept (10 per posting); least recently used terms go first.
+    """
+
+    def __init__(self, max_bytes: int = 128 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, tuple[frozenset[int], TermList, float]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def lists(
+        self, conn: sqlite3.Connection, segments: tuple[int, ...], terms: Sequence[str], norms: np.ndarray, avgdl: float
+    ) -> list[TermList]:
+        """The :class:`TermList` of each of ``terms`` found in ``segments`` (read on ``conn`` where not
+        cached), with weights for ``norms`` (``k1 * (1 - b + b * |d| / avgdl)`` by rowid)."""
+        wanted = frozenset(segments)
+        have: dict[str, tuple[frozenset[int], TermList, float]] = {}
+        missing: dict[frozenset[int], list[str]] = defaultdict(list)  # segments to read -> terms
+        with self._lock:
+            for term in terms:
+                entry = self._entries.get(term)
+                if entry is not None and entry[0] <= wanted:
+                    self._entries.move_to_end(term)
+                    have[term] = entry
+                    if entry[0] != wanted:
+                        missing[wanted - entry[0]].append(term)
+                else:
+                    missing[wanted].append(term)
+        fetched: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        for segs, group in missing.items():
+            ids = sorted(segs)
+            for term, d, f in conn.execute(
+                f"SELECT term, docs, tfs FROM postings WHERE segment IN ({','.join('?' * len(ids))}) "
+                f"AND term IN ({','.join('?' * len(group))})",
+                [*ids, *group],
+            ):
+                fetched[term].append(decode(d, f))
+        out: list[TermList] = []
+        updates: list[tuple[str, TermList]] = []
+        for term in terms:
+            entry = have.get(term)
+            pieces = fetched.get(term, [])
+            if entry is None and not pieces:
+                continue  # not in the index
+            current = entry[1] if entry is not None else None
+            if pieces or current is None:
+                current = _joined(current, pieces, norms)
+                updates.append((term, current))
+            elif entry[2] != avgdl:
+                current = TermList(current.docs, current.tfs, _weights(current.docs, current.tfs, norms))
+                updates.append((term, current))
+            if len(current.docs):
+                out.append(current)
+        with self._lock:
+            for term, current in updates:
+                self._put(term, wanted, current, avgdl)
+        return out
+
+    def _put(self, term: str, segments: frozenset[int], current: TermList, avgdl: float) -> None:
+        size = 10 * len(current.docs) + 100
+        old = self._entries.pop(term, None)
+        if old is not None:
+            self._bytes -= 10 * len(old[1].docs) + 100
+        if size > self.max_bytes // 4:
+            return  # one term never takes over the cache
+        self._entries[term] = (segments, current, avgdl)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, (_, dropped, _) = self._entries.popitem(last=False)
+            self._bytes -= 10 * len(dropped.docs) + 100
+
+
+def _joined(current: TermList | None, pieces: list[tuple[np.ndarray, np.ndarray]], norms: np.ndarray) -> TermList:
+    """``current`` (if any) and ``pieces`` as one list, rowids ascending, with fresh weights."""
+    parts = ([(current.docs, current.tfs)] if current is not None else []) + pieces
+    if len(parts) == 1:
+        docs, tfs = parts[0]
+    else:
+        parts.sort(key=lambda p: int(p[0][0]) if len(p[0]) else 0)
+        docs = np.concatenate([p[0] for p in parts])
+        tfs = np.concatenate([p[1].astype(np.uint32) for p in parts])
+        if not (np.diff(docs) > 0).all():  # segments whose rowid ranges interleave
+            order = np.argsort(docs, kind="stable")
+            docs, tfs = docs[order], tfs[order]
+    return TermList(docs, tfs, _weights(docs, tfs, norms))
+
+
+def _weights(docs: np.ndarray, tfs: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    tf = tfs.astype(np.float32)
+    return (np.float32(BM25_K1 + 1.0) * tf / (tf + norms[docs].astype(np.float32))).astype(np.float32)

@@ -28,7 +28,7 @@ __all__ = ["BLOCKS_SCHEMA", "Arena", "Snapshot", "encode_block"]
 
 BLOCKS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS blocks (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: readers and caches name blocks and segments by id
     rows BLOB NOT NULL,
     lengths BLOB NOT NULL,
     vectors BLOB,

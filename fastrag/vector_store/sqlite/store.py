@@ -756,13 +756,13 @@ class SQLiteVectorStore:
         terms = sorted(set(analyzer.analyze(query, for_query=True)))
         if not terms or not snap.segments or not snap.n_live:
             return []
-        found = self._postings.rows(conn, snap.segments, terms)
+        lists = self._postings.lists(conn, snap.segments, terms, snap.norms, snap.avgdl)
         candidates, scores = lexical.bm25_top(
-            found,
+            lists,
             live=None if snap.all_live else snap.live,
             allowed=None if node is None else self._mask(conn, snap, node),
-            norms=snap.norms,
             n_docs=snap.n_live,
+            size=snap.size,
             k=k,
         )
         return _ranked_rows(conn, scores, candidates, k) if len(candidates) else []
