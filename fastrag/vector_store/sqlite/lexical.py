@@ -225,14 +225,21 @@ def bm25_top(
     if total >= MAXSCORE_MIN_POSTINGS and len(scored) > 1:
         scored.sort(key=lambda t: -t[0])
         rest = np.cumsum([t[0] for t in scored][::-1])[::-1].tolist() + [0.0]  # rest[j]: bounds of scored[j:]
+        lengths = [len(t[2]) for t in scored]
+        left = np.cumsum(lengths[::-1])[::-1].tolist() + [0]  # left[j]: postings of scored[j:]
         threshold = 0.0  # a lower bound of the k-th best score
-        essential = 0
-        while essential < len(scored) and not (threshold > 0.0 and rest[essential] < threshold * (1.0 - 1e-9)):
+        essential = found = 0
+        # stop once the terms left cannot lift a new document into the top k, and probing them for the
+        # candidates found so far (a binary search each) is cheaper than scoring them
+        while essential < len(scored) and not (
+            threshold > 0.0 and rest[essential] < threshold * (1.0 - 1e-9) and 4 * found < left[essential]
+        ):
             _, idf, _, weights = scored[essential]
             if len(weights) >= k:  # k documents score at least this much from this term alone
                 threshold = max(threshold, idf * float(np.partition(weights, len(weights) - k)[len(weights) - k]))
+            found += len(weights)
             essential += 1
-    rowids, scores = _accumulate(scored[:essential], size)
+    rowids, scores = _accumulate(scored[:essential], size, k if essential == len(scored) else None)
     for _, idf, docs, weights in scored[essential:]:  # the terms left: probed for the candidates only
         at = np.searchsorted(docs, rowids)
         inside = at < len(docs)
@@ -242,22 +249,28 @@ def bm25_top(
     return rowids, scores
 
 
-def _accumulate(scored: list[tuple[float, float, np.ndarray, np.ndarray]], size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rowids (ascending) and the summed ``idf * weight`` of the documents in ``scored``'s lists."""
+def _accumulate(
+    scored: list[tuple[float, float, np.ndarray, np.ndarray]], size: int, k: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rowids (ascending) and the summed ``idf * weight`` of the documents in ``scored``'s lists; with
+    ``k``, only those scoring at least the ``k``-th best (ties kept), when that is cheaper to say."""
     if len(scored) == 1:
         _, idf, docs, weights = scored[0]
         return docs.astype(np.int64), idf * weights.astype(np.float64)
-    total = sum(len(t[2]) for t in scored)
-    if total * 8 >= size:  # many postings: a dense array by rowid is cheaper than a sort
-        dense = np.zeros(size, dtype=np.float64)
-        for _, idf, docs, weights in scored:
-            dense[docs] += idf * weights.astype(np.float64)  # rowids are distinct within a term: one addition each
-        rowids = np.flatnonzero(dense)
-        return rowids, dense[rowids]
     docs = np.concatenate([t[2] for t in scored])
     contributions = np.concatenate([t[1] * t[3].astype(np.float64) for t in scored])
-    rowids, inverse = np.unique(docs, return_inverse=True)
-    return rowids.astype(np.int64), np.bincount(inverse, weights=contributions, minlength=len(rowids))
+    if len(docs) * 8 < size:  # few postings: a sort of them is cheaper than an array by rowid
+        rowids, inverse = np.unique(docs, return_inverse=True)
+        return rowids.astype(np.int64), np.bincount(inverse, weights=contributions, minlength=len(rowids))
+    dense = np.bincount(docs, weights=contributions, minlength=size)
+    if k is not None and k < size:
+        # the k-th best score, then only the documents at or above it: one pass each, where listing
+        # every document with a score would cost a slow scattered nonzero() over the whole array
+        cut = float(np.partition(dense, size - k)[size - k])
+        rowids = np.flatnonzero(dense >= cut) if cut > 0.0 else np.flatnonzero(dense)
+    else:
+        rowids = np.flatnonzero(dense)
+    return rowids, dense[rowids]
 
 
 class PostingsCache:
