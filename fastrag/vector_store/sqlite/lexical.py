@@ -51,7 +51,11 @@ __all__ = [
 
 BM25_K1 = 1.2  # Lucene BM25Similarity defaults (Robertson & Zaragoza 2009 recommend k1 in [1.2, 2.0])
 BM25_B = 0.75
-MERGE_FACTOR = 10  # segments of one level merged into one of the next
+MERGE_FACTOR = 32
+"""Segments of one level merged into one of the next. 32 keeps a million documents written in batches of
+1,000 to two rewrites of each posting (a WAL journal already writes every page twice, and issue 12's
+budget is three times the final size), while a query seeks at most ~31 segments per level per term (and
+none for the hot terms :class:`PostingsCache` holds)."""
 _DOCS = np.dtype("<i4")
 _TF16 = np.dtype("<u2")
 _TF32 = np.dtype("<u4")

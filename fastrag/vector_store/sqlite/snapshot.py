@@ -123,7 +123,7 @@ class Snapshot:
     n_live: int
     total_length: float
     _lazy: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    _lazy_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lazy_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)  # one derived value may need another
 
     @property
     def size(self) -> int:
@@ -153,6 +153,11 @@ class Snapshot:
     def norms(self) -> np.ndarray:
         """``(size,)`` float64: BM25's ``k1 * (1 - b + b * |d| / avgdl)`` per rowid."""
         return self._derived("norms", lambda: BM25_K1 * (1.0 - BM25_B + (BM25_B / self.avgdl) * self.lengths))
+
+    @property
+    def all_searchable(self) -> bool:
+        """Whether every position is a live document with a vector (no mask needed for k-NN)."""
+        return bool(self._derived("all_searchable", lambda: np.array(self.searchable.all())))
 
     @property
     def searchable(self) -> np.ndarray:

@@ -15,7 +15,7 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
 - **BM25** is Lucene's (``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, k1 = 1.2, b = 0.75; Robertson &
   Zaragoza 2009) over the terms of :class:`~fastrag.analysis.Analyzer`, the same analysis on both sides.
   A search reads, for each query term, one packed row per segment (a few rows, whatever the corpus
-  size) and scores with numpy into a dense array by rowid. Segments are merged ten at a time into the
+  size) and scores with numpy into a dense array by rowid. Segments are merged 32 at a time into the
   next level by the writer after its commit (a tiered policy; merges drop deleted documents' postings).
   SQLite's FTS5 was measured and rejected earlier: its ``bm25()`` clamps the IDF of any term found in
   more than half the documents; one ``(term, doc, tf)`` row per posting, the previous design, cost about
@@ -799,13 +799,11 @@ class SQLiteVectorStore:
         # the dimension may have been fixed by another connection's first write
         check_dimension(query.shape[0], snap.matrix.shape[1], store=self.path, what="query has")
         scores = snap.matrix @ (query / np.float32(np.linalg.norm(query)))
-        allowed = snap.searchable
-        if node is not None:
-            allowed = allowed & self._mask(conn, snap, node)[snap.rowids]
-        if not allowed.all():
-            positions = np.flatnonzero(allowed)
-            return _ranked_rows(conn, scores[positions], snap.rowids[positions], k)
-        return _ranked_rows(conn, scores, snap.rowids, k)
+        if node is None and snap.all_searchable:
+            return _ranked_rows(conn, scores, snap.rowids, k)
+        allowed = snap.searchable if node is None else snap.searchable & self._mask(conn, snap, node)[snap.rowids]
+        positions = np.flatnonzero(allowed)
+        return _ranked_rows(conn, scores[positions], snap.rowids[positions], k)
 
 
 
