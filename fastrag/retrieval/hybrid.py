@@ -11,14 +11,17 @@ from typing import Literal, TypeAlias
 
 import anyio
 
+from fastrag.deferred import DEFER_ROWS_FOR, defers_rows
 from fastrag.errors import InvalidParameterError, RetrievalTimeoutError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
 from fastrag.protocols import RankFusion, Retriever
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
+from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import WeightedScoreFusion
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import ReturnsResult, record_branch_failure, stage, timed
+from fastrag.retrieval.vector import VectorRetriever
 
 __all__ = [
     "DENSE_MODEL_LEXICAL_WEIGHT",
@@ -273,6 +276,10 @@ class HybridRetriever(ReturnsResult):
                     raise  # cancels the other branches
                 # with "partial", decided below, once every branch has finished
 
+        # every branch on one store that can leave rows out: the branches carry ids and scores, and the
+        # store reads the rows of the k fused documents once (fastrag.deferred)
+        store = self._rows_store
+        token = DEFER_ROWS_FOR.set(store) if store is not None else None
         try:
             async with anyio.create_task_group() as tg:
                 for name, retriever in self._retrievers.items():
@@ -280,6 +287,9 @@ class HybridRetriever(ReturnsResult):
         except BaseExceptionGroup as group:
             if any(not isinstance(exc, Exception) for exc in group.exceptions):
                 raise  # KeyboardInterrupt, SystemExit: not a branch failure
+        finally:
+            if token is not None:
+                DEFER_ROWS_FOR.reset(token)
         ordered = [(name, failed[name]) for name in self._retrievers if name in failed]
         if ordered and (not partial or len(ordered) == len(self._retrievers)):
             for name, exc in ordered:
@@ -297,7 +307,26 @@ class HybridRetriever(ReturnsResult):
         # Rebuild in branch order: fusion weights given as a sequence align with it. A failed branch
         # contributes an empty list, which adds the same (zero) amount to every document.
         with timed("fusion"):
-            return self._fusion.fuse({name: found.get(name, []) for name in self._retrievers}, k=k)
+            fused = self._fusion.fuse({name: found.get(name, []) for name in self._retrievers}, k=k)
+        if store is None or not fused:
+            return fused
+        with timed("rows"):
+            return await store.hydrate(fused)  # type: ignore[attr-defined]
+
+    @property
+    def _rows_store(self) -> object | None:
+        """The one store every branch searches directly, when it can leave rows out until after fusion."""
+        stores = set()
+        for retriever in self._retrievers.values():
+            if type(retriever) is VectorRetriever:
+                stores.add(id(retriever.vector_store))
+                store = retriever.vector_store
+            elif type(retriever) is BM25Retriever:
+                stores.add(id(retriever.store))
+                store = retriever.store
+            else:
+                return None
+        return store if len(stores) == 1 and defers_rows(store) else None
 
     def __repr__(self) -> str:
         return (

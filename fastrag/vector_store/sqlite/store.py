@@ -66,6 +66,7 @@ import anyio
 import numpy as np
 
 from fastrag.analysis import Analyzer
+from fastrag.deferred import rows_deferred
 from fastrag.errors import (
     BackendError,
     BackendUnavailableError,
@@ -748,10 +749,17 @@ class SQLiteVectorStore:
         node = parse_filter(filter)
         # the question is analysed in the worker thread too: stemming stays off the event loop, and the
         # other branch of a hybrid can start meanwhile
-        return await self._read(self._search_text_sync, analyzer, query, k, node)
+        return await self._read(self._search_text_sync, analyzer, query, k, node, not rows_deferred(self))
 
     def _search_text_sync(
-        self, conn: sqlite3.Connection, snap: Snapshot, analyzer: Analyzer, query: str, k: int, node: Filter | None
+        self,
+        conn: sqlite3.Connection,
+        snap: Snapshot,
+        analyzer: Analyzer,
+        query: str,
+        k: int,
+        node: Filter | None,
+        rows: bool = True,
     ) -> list[Document]:
         terms = sorted(set(analyzer.analyze(query, for_query=True)))
         if not terms or not snap.segments or not snap.n_live:
@@ -765,7 +773,7 @@ class SQLiteVectorStore:
             size=snap.size,
             k=k,
         )
-        return _ranked_rows(conn, scores, candidates, k) if len(candidates) else []
+        return _ranked_rows(conn, scores, candidates, k, rows=rows) if len(candidates) else []
 
     async def search_vector(
         self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None  # noqa: A002
@@ -789,10 +797,10 @@ class SQLiteVectorStore:
         check_k(k)
         query = check_query_vector(embedding, dimension=self.dimension, store=self.path)
         node = parse_filter(filter)
-        return await self._read(self._search_vector_sync, query, k, node)
+        return await self._read(self._search_vector_sync, query, k, node, not rows_deferred(self))
 
     def _search_vector_sync(
-        self, conn: sqlite3.Connection, snap: Snapshot, query: np.ndarray, k: int, node: Filter | None
+        self, conn: sqlite3.Connection, snap: Snapshot, query: np.ndarray, k: int, node: Filter | None, rows: bool = True
     ) -> list[Document]:
         if len(snap.rowids) == 0 or not snap.matrix.shape[1]:
             return []
@@ -800,10 +808,42 @@ class SQLiteVectorStore:
         check_dimension(query.shape[0], snap.matrix.shape[1], store=self.path, what="query has")
         scores = snap.matrix @ (query / np.float32(np.linalg.norm(query)))
         if node is None and snap.all_searchable:
-            return _ranked_rows(conn, scores, snap.rowids, k)
+            return _ranked_rows(conn, scores, snap.rowids, k, rows=rows)
         allowed = snap.searchable if node is None else snap.searchable & self._mask(conn, snap, node)[snap.rowids]
         positions = np.flatnonzero(allowed)
-        return _ranked_rows(conn, scores[positions], snap.rowids[positions], k)
+        return _ranked_rows(conn, scores[positions], snap.rowids[positions], k, rows=rows)
+
+    async def hydrate(self, documents: Sequence[Document]) -> list[Document]:
+        """``documents`` (hits returned without rows, see :mod:`fastrag.deferred`) with their stored content
+        and metadata, in the same order; each keeps its own metadata (``score``, ``rank``, ``branches``)
+        over the stored keys. Hits whose document was deleted since are left out.
+
+        Raises:
+            BackendError: SQLite failed.
+        """
+        hits = list(documents)
+        if not hits:
+            return []
+
+        def read(conn: sqlite3.Connection, _snap: Snapshot) -> dict[str, tuple[str, str]]:
+            found: dict[str, tuple[str, str]] = {}
+            ids = [d.id for d in hits]
+            for chunk in _chunks(ids, _IN_CHUNK):
+                for doc_id, content, metadata in conn.execute(
+                    f"SELECT id, content, metadata FROM documents WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                ):
+                    found[doc_id] = (content, metadata)
+            return found
+
+        found = await self._read(read)
+        out = []
+        for hit in hits:
+            row = found.get(hit.id)
+            if row is not None:
+                metadata = json.loads(row[1])
+                metadata.update(hit.metadata)
+                out.append(owned_document(hit.id, row[0], metadata))
+        return out
 
 
 
@@ -980,8 +1020,9 @@ def _load_column(conn: sqlite3.Connection, key: str, start: int, stop: int) -> C
     return Column.from_json(texts)
 
 
-def _ranked_rows(conn: sqlite3.Connection, scores: np.ndarray, rowids: np.ndarray, k: int) -> list[Document]:
-    """The ``k`` best rows by score, ties broken by id, as documents stamped with score and rank.
+def _ranked_rows(conn: sqlite3.Connection, scores: np.ndarray, rowids: np.ndarray, k: int, *, rows: bool = True) -> list[Document]:
+    """The ``k`` best rows by score, ties broken by id, as documents stamped with score and rank (with
+    ``rows=False``, hits with an empty content and only those stamps: see :mod:`fastrag.deferred`).
 
     Exact at the cut however many scores tie there: the ids of every row tied at the k-th score are read,
     so the top ``k`` is always a prefix of the top ``k + n``.
@@ -997,6 +1038,11 @@ def _ranked_rows(conn: sqlite3.Connection, scores: np.ndarray, rowids: np.ndarra
     else:
         top = np.arange(len(scores))
     chosen = rowids[top].tolist()
+    if not rows:
+        ids = _select_rowids(conn, "id", chosen)
+        ranked = sorted(((float(s), ids[r][0]) for s, r in zip(scores[top].tolist(), chosen, strict=True)),
+                        key=lambda h: (-h[0], h[1]))  # fmt: skip
+        return [owned_document(doc_id, "", {SCORE: score, RANK: rank}) for rank, (score, doc_id) in enumerate(ranked)]
     found = _select_rowids(conn, "id, content, metadata", chosen)
     hits = [(float(s), found[r]) for s, r in zip(scores[top].tolist(), chosen, strict=True)]
     hits.sort(key=lambda h: (-h[0], h[1][0]))
