@@ -5,46 +5,56 @@ product over L2-normalised float32 rows, so scores are cosine similarities) insi
 keys each vector by the store's int64 rowid. It needs the ``ann`` extra: ``pip install "fastrag[ann]"``;
 faiss is imported on first use, never by ``import fastrag``.
 
-Algorithm: Hierarchical Navigable Small World graphs (Malkov & Yashunin, "Efficient and robust approximate
-nearest neighbor search using Hierarchical Navigable Small World graphs", IEEE TPAMI 42(4), 2020;
-arXiv:1603.09320, 2016/2018). A search walks a layered proximity graph greedily from one entry point,
-keeping the ``ef_search`` best candidates seen; ``M`` bounds each node's links (``2 * M`` on the bottom
-layer) and ``ef_construction`` is the candidate list while inserting. Larger values: better recall,
-slower builds and searches.
+Algorithm: Hierarchical Navigable Small World graphs (Yu. A. Malkov and D. A. Yashunin, "Efficient and
+robust approximate nearest neighbor search using Hierarchical Navigable Small World graphs", IEEE TPAMI
+42(4), 2020; arXiv:1603.09320, 2016/2018). A search walks a layered proximity graph greedily from one
+entry point, keeping the ``ef_search`` best candidates seen; ``M`` bounds each node's links (``2 * M`` on
+the bottom layer) and ``ef_construction`` is the candidate list while inserting. Larger values: better
+recall, slower builds and searches.
 
-Why faiss (``docs/ann.md`` has the table, ``benchmarks/ann_libraries.py`` measures it): at equal recall it
-had the lowest single-query latency of usearch, faiss and hnswlib on this machine; it is the only one of
-the three whose Python binding filters inside the C++ search (an ``IDSelectorBitmap`` of allowed keys;
-hnswlib calls a Python function per visited node, usearch's binding has no filter at all); its saved
-vectors can be memory-mapped; and it is actively maintained. It cannot delete from an HNSW graph, so
-:meth:`HNSWIndex.remove` tombstones (the vector stays in the graph as a waypoint, never in a result) and
-the owner rebuilds when :attr:`HNSWIndex.dead_fraction` grows.
+Why faiss (``docs/ann.md`` has the tables; ``benchmarks/ann_libraries.py`` measures them): of usearch,
+faiss and hnswlib, it is the only one whose Python binding filters inside the native search (an
+``IDSelectorBitmap`` of allowed keys; hnswlib calls a Python function for every visited node, 15 ms a
+query at 1% allowed on 50,000 rows; usearch's binding has no filter); its saved vectors can be
+memory-mapped; it is actively released; and the same package has the index that meets the random-vector
+target where no graph does (product-quantisation fast scan, ``docs/ann.md``). hnswlib's unfiltered graph
+walk was about 1.4x faster at equal recall; usearch's was slower than both. faiss cannot delete from an
+HNSW graph, so :meth:`HNSWIndex.remove` tombstones (the vector stays as a waypoint, never in a result)
+and the owner rebuilds when :attr:`HNSWIndex.dead_fraction` grows.
 
-Parameters, measured on 2 cores with ``benchmarks/ann_libraries.py`` (recall@10 against exact numpy k-NN,
-one query at a time; see ``docs/ann.md`` for every size and library):
+Measured on 2 cores, one query at a time (recall@10 against exact numpy k-NN; ``docs/ann.md``), with
+``M = 32`` and ``ef_construction = 128``:
 
-- ``M = 32``, ``ef_construction = 128``: the defaults.
-- ``ef_search``: SciFact's static-model vectors (5,183 rows) reach recall@10 0.955 at 32; random unit
-  vectors of 256 dims, the worst case for any graph index, need 256 at 20,000 rows (0.949, 1.0 ms against
-  1.0 ms exact: no gain at that size) and 512 at 100,000. The default is :data:`DEFAULT_EF_SEARCH`; pass
-  ``ef_search=`` per search to trade recall for latency.
+- SciFact abstracts cut into sentences (50,170 rows of the shipped static model's 256-dim vectors):
+  ``ef_search`` 64: recall 0.969 at 0.25 ms; 128: 0.988 at 0.39 ms; exact numpy: 2.6 ms. Build 18 s.
+- Random unit vectors of 256 dims (the benchmark's synthetic corpus), the worst case for any graph:
+  recall 0.95 needs ``ef_search`` 256 at 20,000 rows (1.3 ms, exact 1.1 ms) and about 1,100 at 100,000
+  (9 ms, exact 10 ms): no faster than exact, and worse as the corpus grows. Use exact search, or the
+  fast-scan index ``docs/ann.md`` describes, for such vectors.
 
-Filtered search (``allowed``): faiss skips disallowed keys inside the graph walk but stops after about
-``ef_search`` steps, so a rare filter can come back short (SciFact, 1% allowed: 5% of the queries got
-all 10). So :meth:`HNSWIndex.search` answers exactly (a product over the allowed rows' stored vectors)
-when fewer than ``exact_below`` of the indexed keys are allowed, and also whenever the graph walk returns
-fewer than ``k`` while more allowed keys exist: the result is never short unless fewer than ``k`` allowed
-keys are in the index.
+Filtered search (``allowed``): faiss skips disallowed keys inside the walk but counts them against
+``ef_search``, so a plain filtered walk loses recall as the filter narrows (50,000 sentences, ``ef_search``
+128: 0.97 at 20% allowed, 0.92 at 5%, 0.69 at 1%) and can come back short. :meth:`HNSWIndex.search`
+therefore widens the walk to ``ef_search * stored / allowed`` candidates (recall 0.995-1.0 at 2-50%
+allowed) and scores the allowed rows exactly when that is cheaper: when they number at most
+``exact_rows_per_candidate`` (32) times the widened list, from the measured cost of one exact row (about
+50 ns) against one step of the walk (1.5-3 us). It also answers exactly whenever the walk returns fewer
+than ``k`` while more allowed keys exist, so a result is never short unless fewer than ``k`` allowed keys
+are in the index.
 
-Concurrency: searches share the index; :meth:`~HNSWIndex.add` and :meth:`~HNSWIndex.remove` mutate it in
+Concurrency: searches share the index; :meth:`~HNSWIndex.add` and :meth:`~HNSWIndex.remove` change it in
 place under the write side of a readers-writer lock. faiss documents its CPU indexes as safe for
 concurrent searches but not for a search during a change ("Threads and asynchronous calls" in the faiss
 wiki), so a search waits while a change runs and never sees a half-inserted vector.
+
+faiss builds with OpenMP threads; on a machine shared with other work set ``OMP_WAIT_POLICY=PASSIVE``
+before faiss loads (spinning idle threads made builds up to 5x slower on a busy 2-core machine here).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import uuid
@@ -60,26 +70,25 @@ from fastrag.vector_store._validation import check_embeddings, check_k, check_qu
 __all__ = [
     "DEFAULT_EF_CONSTRUCTION",
     "DEFAULT_EF_SEARCH",
-    "DEFAULT_EXACT_BELOW",
+    "DEFAULT_EXACT_ROWS_PER_CANDIDATE",
     "DEFAULT_M",
     "HNSWIndex",
 ]
 
 DEFAULT_M = 32
-"""HNSW links per node (``2 * M`` on the bottom layer). 32: recall 0.95 needs a smaller ``ef_search``
-than with 16 on 256-dim vectors, for 256 bytes of links per vector."""
+"""HNSW links per node (``2 * M`` on the bottom layer): 256 bytes of links a vector."""
 
 DEFAULT_EF_CONSTRUCTION = 128
-"""Candidates kept while inserting. 128: within 0.01 recall of 200 on the benchmark, 1.5x faster to build."""
+"""Candidates kept while inserting: 60 s for 100,000 random 256-dim rows, 18 s for 50,000 sentence
+vectors, on 2 cores."""
 
 DEFAULT_EF_SEARCH = 128
-"""Candidates kept while searching (at least ``k``). 128 gives recall@10 >= 0.98 on SciFact's
-static-model vectors; random 256-dim vectors need 512 at 100,000 rows (``docs/ann.md``)."""
+"""Candidates kept while searching (at least ``k``): recall@10 0.988 on 50,000 SciFact sentence vectors
+(0.969 at 64), with room for recall to fall as a real corpus grows. Random vectors need far more."""
 
-DEFAULT_EXACT_BELOW = 0.02
-"""When fewer than this share of the indexed keys is allowed, :meth:`HNSWIndex.search` scores the
-allowed rows exactly: at 1% the graph walk visits mostly disallowed nodes and can come back short, while
-the exact product over 1% of the rows is already cheap."""
+DEFAULT_EXACT_ROWS_PER_CANDIDATE = 32.0
+"""A search scores the allowed rows exactly when they number at most this many times the walk's candidate
+list: one exact row costs about 50 ns, one step of the walk 1.5-3 us (measured, 2 cores)."""
 
 _INSTALL_HINT = 'the SQLite store\'s ANN index needs faiss: pip install "fastrag[ann]"'
 _WHAT = "ANN index"
@@ -172,12 +181,12 @@ class HNSWIndex:
         dimension: the vectors' width.
     """
 
-    def __init__(self, index: Any, *, exact_below: float, source: IO[bytes] | None = None) -> None:
+    def __init__(self, index: Any, *, exact_rows_per_candidate: float, source: IO[bytes] | None = None) -> None:
         faiss = _faiss()
         self._index = index  # IndexIDMap(IndexHNSWFlat), inner product
         self._hnsw = faiss.downcast_index(index.index)
         self.dimension = int(index.d)
-        self._exact_below = float(exact_below)
+        self._exact_rows_per_candidate = float(exact_rows_per_candidate)
         self._source = source  # the open file a memory-mapped index views; None when it owns its memory
         self._lock = _ReadWriteLock()
         self._reindex()
@@ -193,13 +202,13 @@ class HNSWIndex:
         m: int = DEFAULT_M,
         ef_construction: int = DEFAULT_EF_CONSTRUCTION,
         ef_search: int = DEFAULT_EF_SEARCH,
-        exact_below: float = DEFAULT_EXACT_BELOW,
+        exact_rows_per_candidate: float = DEFAULT_EXACT_ROWS_PER_CANDIDATE,
     ) -> HNSWIndex:
         """Build an index over ``matrix``, row ``i`` keyed by ``keys[i]``.
 
         Building uses faiss's OpenMP threads (all cores unless ``OMP_NUM_THREADS`` or
-        ``faiss.omp_set_num_threads`` says otherwise): about 90 s for 100,000 random 256-dim rows on 2
-        busy cores, ``docs/ann.md``.
+        ``faiss.omp_set_num_threads`` says otherwise): 18 s for 50,000 sentence vectors and 60 s for
+        100,000 random 256-dim rows on 2 cores (``docs/ann.md``).
 
         Args:
             matrix: ``(n, dim)`` float32 (other floats are converted), rows L2-normalised (so that the
@@ -210,9 +219,10 @@ class HNSWIndex:
                 :data:`DEFAULT_EF_CONSTRUCTION`.
             ef_search: default candidates kept while searching (an int > 0; at least ``k`` is used);
                 saved with the index. Default :data:`DEFAULT_EF_SEARCH`.
-            exact_below: share of the indexed keys (0 to 1) under which a filtered search is answered
-                exactly instead (not saved; give it again to :meth:`load`). Default
-                :data:`DEFAULT_EXACT_BELOW`.
+            exact_rows_per_candidate: a search scores the allowed rows exactly when there are at most
+                this many times the graph walk's candidate list of them (a number >= 0; 0: only when the
+                walk comes back short). Not saved: give it again to :meth:`load`. Default
+                :data:`DEFAULT_EXACT_ROWS_PER_CANDIDATE`.
 
         Returns:
             The new index.
@@ -229,18 +239,18 @@ class HNSWIndex:
             raise InvalidParameterError(f"m must be an int >= 2, got {m!r}")
         check_k(ef_construction, "ef_construction")
         check_k(ef_search, "ef_search")
-        _check_share(exact_below)
+        _check_ratio(exact_rows_per_candidate)
         hnsw = faiss.IndexHNSWFlat(rows.shape[1], m, faiss.METRIC_INNER_PRODUCT)
         hnsw.hnsw.efConstruction = ef_construction
         hnsw.hnsw.efSearch = ef_search
         index = faiss.IndexIDMap(hnsw)  # keeps a reference to hnsw
         if len(rows):
             index.add_with_ids(rows, ids)
-        return cls(index, exact_below=exact_below)
+        return cls(index, exact_rows_per_candidate=exact_rows_per_candidate)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, mmap: bool = True,
-             exact_below: float = DEFAULT_EXACT_BELOW) -> HNSWIndex:
+             exact_rows_per_candidate: float = DEFAULT_EXACT_ROWS_PER_CANDIDATE) -> HNSWIndex:
         """Open an index written by :meth:`save`.
 
         Args:
@@ -249,7 +259,7 @@ class HNSWIndex:
                 instead of reading them into memory; the graph is read. The first :meth:`add` or
                 :meth:`remove` then reads the whole index into memory (from the same file, even if it was
                 replaced since). ``False``: read everything now.
-            exact_below: as in :meth:`build`.
+            exact_rows_per_candidate: as in :meth:`build`.
 
         Returns:
             The index, with the ``ef_search`` it was saved with.
@@ -257,10 +267,10 @@ class HNSWIndex:
         Raises:
             ConfigurationError: faiss is not installed.
             BackendUnavailableError: the file is missing, unreadable, or not an index :meth:`save` wrote.
-            InvalidParameterError: ``exact_below`` is out of range.
+            InvalidParameterError: ``exact_rows_per_candidate`` is negative or not a number.
         """
         faiss = _faiss()
-        _check_share(exact_below)
+        _check_ratio(exact_rows_per_candidate)
         source: IO[bytes] | None = None
         try:
             if not mmap:
@@ -289,7 +299,7 @@ class HNSWIndex:
             if source is not None:
                 source.close()
             raise BackendUnavailableError(f"{os.fspath(path)!r} is not an index HNSWIndex.save wrote")
-        return cls(index, exact_below=exact_below, source=source)
+        return cls(index, exact_rows_per_candidate=exact_rows_per_candidate, source=source)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the index to ``path`` atomically: a temporary file in the same folder, fsync, rename.
@@ -326,8 +336,10 @@ class HNSWIndex:
         """Insert vectors, in place (this index changes; nothing is returned).
 
         A key already in the index is replaced: its old vector is tombstoned (see :meth:`remove`) and the
-        new one inserted. Searches wait while this runs (about 0.25 s per 1,000 random 256-dim rows into
-        20,000 on 2 cores; more as the graph grows), so they never see a half-inserted vector.
+        new one inserted. Searches wait while this runs (on 2 cores: about 0.5 s per 1,000 sentence
+        vectors added to 50,000, 0.8 s per 1,000 random 256-dim rows added to 100,000), so they never see
+        a half-inserted vector. Add in batches; a caller that cannot let searches wait that long builds a
+        new index aside and swaps the reference.
 
         Args:
             matrix: ``(n, dimension)`` float32, rows L2-normalised.
@@ -434,8 +446,9 @@ class HNSWIndex:
             higher is better, best first. ``r == k`` unless fewer than ``k`` allowed keys are in the
             index, in which case all of them (``r`` may be 0). No key outside ``allowed`` or removed is
             ever returned. Approximate: recall@10 against exact search depends on ``ef_search`` (module
-            docstring); a filter allowing fewer than ``exact_below`` of the keys, or one the graph walk
-            cannot fill, is answered exactly.
+            docstring). A filter, or tombstones, widen the walk to ``ef_search * stored / allowed``
+            candidates; when the allowed rows are few (at most ``exact_rows_per_candidate`` times that
+            list), or the walk comes back short, they are scored exactly instead.
 
         Raises:
             DimensionMismatchError: ``query`` is not ``(dimension,)``.
@@ -453,33 +466,39 @@ class HNSWIndex:
             if allowed.dtype != np.bool_ or allowed.ndim != 1:
                 raise InvalidParameterError(f"allowed must be a 1-D bool array, got {allowed.dtype} {allowed.shape}")
         with self._lock.reading():
-            if self._n_live == 0:
-                return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
             if allowed is None:
-                bits = self._covered_bits  # None unless tombstones exist: then only live keys
+                mask, n_allowed = None, self._n_live
+                bits = self._covered_bits  # None unless there are tombstones: then the live keys
             else:
                 allowed = allowed[: len(self._position)]
-                if np.count_nonzero(allowed) < max(k, self._exact_below * self._n_live):
-                    return self._exact(q, k, allowed)
-                bits = np.packbits(allowed, bitorder="little")
+                mask = allowed & self._covered[: len(allowed)]  # allowed keys that are in the index
+                n_allowed = int(np.count_nonzero(mask))
+                bits = None
+            if n_allowed == 0:
+                return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
             ef = max(k, self._hnsw.hnsw.efSearch if ef_search is None else ef_search)
+            # the walk also steps on disallowed and tombstoned nodes: widen it so that about ef allowed
+            # candidates are kept, as in an unfiltered search
+            ef = min(self._n_stored, math.ceil(ef * self._n_stored / n_allowed))
+            if n_allowed <= self._exact_rows_per_candidate * ef:
+                return self._exact(q, k, mask)
+            if mask is not None:
+                bits = np.packbits(mask, bitorder="little")
             # one selector and parameters object per call: IndexIDMap swaps params.sel during a search
             selector = None if bits is None else faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))
             params = faiss.SearchParametersHNSW(efSearch=ef, sel=selector)
             scores, ids = self._index.search(q[None, :], k, params=params)
             del selector, bits  # alive until here: faiss holds raw pointers to both
             found = ids[0] >= 0
-            keys, top = ids[0][found].astype(np.int64), scores[0][found].astype(np.float32)
-            if len(keys) < k:
-                reachable = self._n_live if allowed is None else int(np.count_nonzero(allowed & self._covered[: len(allowed)]))
-                if len(keys) < min(k, reachable):
-                    return self._exact(q, k, allowed)
-            return keys, top
+            if np.count_nonzero(found) < min(k, n_allowed):  # the walk came back short
+                return self._exact(q, k, mask)
+            return ids[0][found].astype(np.int64), scores[0][found].astype(np.float32)
 
-    def _exact(self, q: np.ndarray, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact top-k over the allowed indexed keys, from the vectors the index stores (reader, locked)."""
+    def _exact(self, q: np.ndarray, k: int, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k over the keys ``mask`` (by key; ``None``: all live keys) admits, from the vectors the
+        index stores (a reader, under the lock)."""
         faiss = _faiss()
-        keys = np.flatnonzero(self._covered if allowed is None else allowed & self._covered[: len(allowed)])
+        keys = np.flatnonzero(self._covered if mask is None else mask)
         if not len(keys):
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         storage = faiss.downcast_index(self._hnsw.storage)
@@ -528,6 +547,6 @@ class HNSWIndex:
         return self._source is not None
 
 
-def _check_share(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-        raise InvalidParameterError(f"exact_below must be a number from 0 to 1, got {value!r}")
+def _check_ratio(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < math.inf:
+        raise InvalidParameterError(f"exact_rows_per_candidate must be a finite number >= 0, got {value!r}")

@@ -1,0 +1,305 @@
+"""The SQLite store's ANN index (fastrag.vector_store.sqlite.ann.HNSWIndex, faiss HNSW).
+
+What a caller relies on: recall against exact k-NN, filtered search that never returns a disallowed key
+and is never short while enough allowed keys exist (1% and 50% filters), incremental add and remove, save
+and load (memory-mapped too) giving the same answers, and concurrent searches (also during a write)
+agreeing with serial ones. Speed is measured in benchmarks/ann_libraries.py, not here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fastrag.errors import (
+    BackendUnavailableError,
+    ConfigurationError,
+    DimensionMismatchError,
+    InvalidParameterError,
+)
+from fastrag.vector_store.sqlite.ann import HNSWIndex
+
+needs_faiss = pytest.mark.skipif(
+    importlib.util.find_spec("faiss") is None, reason='faiss is not installed: pip install "fastrag[ann]"'
+)
+
+N, DIM, K = 5_000, 64, 10
+
+
+def unit_rows(seed: int, n: int, dim: int = DIM) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((n, dim), dtype=np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def exact(matrix: np.ndarray, keys: np.ndarray, q: np.ndarray, k: int, allowed: np.ndarray | None = None) -> np.ndarray:
+    """The exact top-k keys (numpy), over the keys ``allowed`` admits."""
+    scores = matrix @ (q / np.linalg.norm(q))
+    if allowed is not None:
+        ok = np.zeros(len(keys), dtype=bool)
+        inside = keys < len(allowed)
+        ok[inside] = allowed[keys[inside]]
+        scores = np.where(ok, scores, -np.inf)
+    top = np.argsort(-scores, kind="stable")[:k]
+    return keys[top[np.isfinite(scores[top])]]
+
+
+def recall(found: list[np.ndarray], truth: list[np.ndarray]) -> float:
+    pairs = zip(found, truth, strict=True)
+    return float(np.mean([len(set(f.tolist()) & set(t.tolist())) / max(1, len(t)) for f, t in pairs]))
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """5,000 random unit vectors of 64 dims, keyed by sparse rowids (3i + 1), and 100 queries."""
+    return unit_rows(0, N), np.arange(N, dtype=np.int64) * 3 + 1, unit_rows(1, 100)
+
+
+@pytest.fixture(scope="module")
+def index(corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> HNSWIndex:
+    if importlib.util.find_spec("faiss") is None:
+        pytest.skip('faiss is not installed: pip install "fastrag[ann]"')
+    matrix, keys, _ = corpus
+    return HNSWIndex.build(matrix, keys)
+
+
+@needs_faiss
+def test_recall_against_exact(index: HNSWIndex, corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    matrix, keys, queries = corpus
+    results = [index.search(q, K) for q in queries]
+    assert recall([r[0] for r in results], [exact(matrix, keys, q, K) for q in queries]) >= 0.95
+    for found, scores in results:
+        assert found.dtype == np.int64 and scores.dtype == np.float32 and len(found) == K
+        assert np.all(np.diff(scores) <= 0)  # best first
+    # the scores are the cosine similarities of the returned keys
+    q = queries[0]
+    found, scores = index.search(q * 7.5, K)  # any scale: the query is normalised
+    np.testing.assert_allclose(scores, matrix[(found - 1) // 3] @ q, rtol=1e-5, atol=1e-6)
+    assert len(index) == N and index.max_key == int(keys[-1])
+    np.testing.assert_array_equal(index.keys, keys)
+
+
+@needs_faiss
+@pytest.mark.parametrize("share", [0.01, 0.5])
+@pytest.mark.parametrize("walk", [False, True], ids=["default", "graph-walk-forced"])
+def test_filtered_search_returns_only_allowed_keys_and_k_of_them(
+    corpus: tuple[np.ndarray, np.ndarray, np.ndarray], index: HNSWIndex, share: float, walk: bool
+) -> None:
+    matrix, keys, queries = corpus
+    # on 5,000 rows the default answers both filters exactly (cheaper); exact_rows_per_candidate=0 forces
+    # the widened graph walk, which must hold up on its own
+    idx = HNSWIndex.build(matrix, keys, exact_rows_per_candidate=0) if walk else index
+    rng = np.random.default_rng(int(share * 100))
+    allowed = np.zeros(int(keys[-1]) + 1, dtype=bool)
+    allowed[rng.choice(keys, int(share * N), replace=False)] = True
+    allowed[0] = True  # a key that is not in the index: never returned
+    found = [idx.search(q, K, allowed=allowed)[0] for q in queries]
+    for f in found:
+        assert len(f) == K
+        assert allowed[f].all()
+    assert recall(found, [exact(matrix, keys, q, K, allowed) for q in queries]) >= 0.95
+
+
+class _ShortWalk:
+    """A stand-in for the faiss index whose graph walk returns only half of what it finds."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def search(self, x: np.ndarray, k: int, params: object = None) -> tuple[np.ndarray, np.ndarray]:
+        scores, ids = self.inner.search(x, k, params=params)  # type: ignore[attr-defined]
+        ids[:, k // 2 :] = -1
+        return scores, ids
+
+
+@needs_faiss
+def test_a_short_graph_walk_is_completed_exactly(corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    matrix, keys, queries = corpus
+    idx = HNSWIndex.build(matrix[:2_000], keys[:2_000], m=8, ef_construction=32, exact_rows_per_candidate=0)
+    idx._index = _ShortWalk(idx._index)  # noqa: SLF001 (simulates faiss coming back short)
+    allowed = np.zeros(int(keys[1_999]) + 1, dtype=bool)
+    allowed[keys[:2_000:20]] = True  # 100 allowed keys
+    for q in queries[:20]:
+        found, scores = idx.search(q, K, allowed=allowed)
+        np.testing.assert_array_equal(found, exact(matrix[:2_000], keys[:2_000], q, K, allowed))
+        np.testing.assert_allclose(scores, matrix[(found - 1) // 3] @ q, rtol=1e-5, atol=1e-6)
+
+
+@needs_faiss
+def test_fewer_allowed_keys_than_k_returns_all_of_them(index: HNSWIndex, corpus: tuple[np.ndarray, ...]) -> None:
+    matrix, keys, queries = corpus
+    allowed = np.zeros(int(keys[-1]) + 1, dtype=bool)
+    allowed[keys[[5, 500, 4999]]] = True
+    found, scores = index.search(queries[0], K, allowed=allowed)
+    assert sorted(found.tolist()) == sorted(keys[[5, 500, 4999]].tolist())
+    assert np.all(np.diff(scores) <= 0)
+    # a short mask: keys at or past its end are not allowed
+    short = np.ones(100, dtype=bool)
+    found, _ = index.search(queries[0], K, allowed=short)
+    assert len(found) == K and found.max() < 100
+    assert len(index.search(queries[0], K, allowed=np.zeros(0, dtype=bool))[0]) == 0
+
+
+@needs_faiss
+def test_add_after_build_finds_the_new_vectors_and_replaces_existing_keys(
+    corpus: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    matrix, keys, _ = corpus
+    idx = HNSWIndex.build(matrix[:1_500], keys[:1_500], m=16, ef_construction=64)
+    idx.add(matrix[1_500:2_000], keys[1_500:2_000])
+    assert len(idx) == 2_000 and idx.max_key == int(keys[1_999])
+    for i in range(1_500, 2_000, 10):
+        found, scores = idx.search(matrix[i], 1)
+        assert found[0] == keys[i] and scores[0] == pytest.approx(1.0, abs=1e-5)
+    # re-adding a key replaces its vector: the old one is never returned again
+    idx.add(matrix[2_000:2_001], keys[:1])
+    assert len(idx) == 2_000 and idx.dead_fraction > 0
+    assert idx.search(matrix[2_000], 1)[0][0] == keys[0]
+    assert keys[0] not in idx.search(matrix[0], K)[0]
+
+
+@needs_faiss
+def test_removed_keys_are_never_returned(corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    matrix, keys, queries = corpus
+    idx = HNSWIndex.build(matrix[:1_000], keys[:1_000], m=16, ef_construction=64, exact_rows_per_candidate=0)
+    gone = keys[:1_000:2]
+    assert idx.remove(np.append(gone, 10**6)) == len(gone)  # a key not in the index is ignored
+    assert len(idx) == 500 and idx.dead_fraction == pytest.approx(0.5)
+    for q in queries[:30]:
+        found, _ = idx.search(q, K)
+        assert len(found) == K and not np.isin(found, gone).any()
+        allowed = np.ones(int(keys[999]) + 1, dtype=bool)
+        found, _ = idx.search(q, K, allowed=allowed)
+        assert len(found) == K and not np.isin(found, gone).any()
+
+
+@needs_faiss
+@pytest.mark.parametrize("mmap", [True, False])
+def test_save_and_load_round_trip(
+    index: HNSWIndex, corpus: tuple[np.ndarray, np.ndarray, np.ndarray], tmp_path: Path, mmap: bool
+) -> None:
+    matrix, keys, queries = corpus
+    path = tmp_path / "vectors.hnsw"
+    path.write_bytes(b"an older file")
+    index.save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vectors.hnsw"]  # no temporary file left
+    loaded = HNSWIndex.load(path, mmap=mmap)
+    assert loaded.memory_mapped is mmap
+    assert len(loaded) == len(index) and loaded.max_key == index.max_key and loaded.ef_search == index.ef_search
+    allowed = np.random.default_rng(5).random(int(keys[-1]) + 1) < 0.3
+    for q in queries[:30]:
+        for a in (None, allowed):
+            f1, s1 = index.search(q, K, allowed=a)
+            f2, s2 = loaded.search(q, K, allowed=a)
+            np.testing.assert_array_equal(f1, f2)
+            np.testing.assert_array_equal(s1, s2)
+    # a change to a mapped index reads it into memory first (faiss would abort the process otherwise),
+    # from the file it mapped even if the name was replaced since
+    index.save(path)
+    extra = unit_rows(9, 20)
+    loaded.add(extra, np.arange(20) + 10**6)
+    assert not loaded.memory_mapped and len(loaded) == N + 20
+    assert loaded.search(extra[3], 1)[0][0] == 10**6 + 3
+
+
+@needs_faiss
+def test_concurrent_searches_agree_with_serial(index: HNSWIndex, corpus: tuple[np.ndarray, ...]) -> None:
+    _, keys, queries = corpus
+    allowed = np.random.default_rng(6).random(int(keys[-1]) + 1) < 0.5
+    serial = [(index.search(q, K)[0], index.search(q, K, allowed=allowed)[0]) for q in queries]
+    results: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(4)]
+    barrier = threading.Barrier(4)
+
+    def work(slot: int) -> None:
+        barrier.wait()
+        results[slot] = [(index.search(q, K)[0], index.search(q, K, allowed=allowed)[0]) for q in queries]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got in results:
+        assert len(got) == len(serial)
+        for (a, b), (c, d) in zip(got, serial, strict=True):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, d)
+
+
+@needs_faiss
+def test_searches_during_adds_see_whole_states(corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    matrix, keys, queries = corpus
+    idx = HNSWIndex.build(matrix[:1_000], keys[:1_000], ef_construction=40)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not done.is_set():
+                for q in queries[:10]:
+                    found, scores = idx.search(q, K)
+                    assert len(found) == K and np.all(np.diff(scores) <= 0)
+                    assert np.isin(found, keys[:2_000]).all()
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for start in range(1_000, 2_000, 250):
+            idx.add(matrix[start : start + 250], keys[start : start + 250])
+    finally:
+        done.set()
+        for t in readers:
+            t.join()
+    assert not errors, errors[0]
+    assert len(idx) == 2_000
+
+
+@needs_faiss
+def test_bad_arguments_are_refused(index: HNSWIndex, tmp_path: Path) -> None:
+    q = unit_rows(2, 1)[0]
+    with pytest.raises(InvalidParameterError):
+        index.search(q, 0)
+    with pytest.raises(InvalidParameterError):
+        index.search(np.zeros(DIM, dtype=np.float32), K)
+    with pytest.raises(DimensionMismatchError):
+        index.search(q[:10], K)
+    with pytest.raises(InvalidParameterError):
+        index.search(q, K, allowed=np.ones(10, dtype=np.int8))
+    with pytest.raises(InvalidParameterError):
+        HNSWIndex.build(unit_rows(3, 3), np.array([1, 1, 2]))
+    with pytest.raises(InvalidParameterError):
+        HNSWIndex.build(unit_rows(3, 3), np.array([-1, 0, 2]))
+    with pytest.raises(DimensionMismatchError):
+        HNSWIndex.build(unit_rows(3, 3), np.array([0, 1]))
+    with pytest.raises(DimensionMismatchError):
+        index.add(unit_rows(3, 2, dim=DIM + 1), np.array([10**7, 10**7 + 1]))
+    with pytest.raises(BackendUnavailableError):
+        HNSWIndex.load(tmp_path / "missing.hnsw")
+    (tmp_path / "junk.hnsw").write_bytes(b"not an index")
+    with pytest.raises(BackendUnavailableError):
+        HNSWIndex.load(tmp_path / "junk.hnsw", mmap=False)
+    with pytest.raises(BackendUnavailableError):
+        index.save(tmp_path / "no-such-folder" / "x.hnsw")
+
+
+@needs_faiss
+def test_empty_index(tmp_path: Path) -> None:
+    idx = HNSWIndex.build(np.zeros((0, 8), dtype=np.float32), np.zeros(0, dtype=np.int64))
+    assert len(idx) == 0 and idx.max_key == -1
+    found, scores = idx.search(unit_rows(4, 1, dim=8)[0], K)
+    assert len(found) == 0 and len(scores) == 0
+    idx.add(unit_rows(4, 3, dim=8), np.array([2, 4, 6]))
+    assert sorted(idx.search(unit_rows(5, 1, dim=8)[0], K)[0].tolist()) == [2, 4, 6]
+
+
+def test_missing_faiss_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss now raises ImportError
+    with pytest.raises(ConfigurationError, match=r'pip install "fastrag\[ann\]"'):
+        HNSWIndex.build(unit_rows(0, 3, dim=8), np.arange(3))
