@@ -57,6 +57,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -95,6 +96,8 @@ _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no poo
 _MAX_ROWID = 2**31 - 1  # rowids are packed as int32 in blocks and postings
 _BLOCK_ROWS = 65_536  # rows per block written by a compaction or a migration (a blob stays far below 1 GB)
 _IN_CHUNK = 10_000  # values bound per "IN (...)" list
+_VECTOR_INDEXES = ("exact", "hnsw")
+_ANN_SAVE_EVERY = 0.05  # save the ANN index again once vectors added since its last save pass this share
 T = TypeVar("T")
 
 _SCHEMA = (
@@ -137,14 +140,25 @@ class SQLiteVectorStore:
             int > 0; default ``min(4, os.cpu_count())``). They are opened on demand, reused, and closed by
             :meth:`aclose`; the store holds at most this many plus its one writer connection. Ignored for
             ``":memory:"``, which runs everything on one connection.
+        vector_index: ``"exact"`` (default): k-NN scans every vector, exact. ``"hnsw"``: approximate k-NN
+            through an HNSW graph (faiss; ``pip install "fastrag[ann]"``;
+            :class:`~fastrag.vector_store.sqlite.ann.HNSWIndex`), built on the first dense search,
+            extended by each later search with the vectors written since, and saved beside the store file
+            (``<path>-<store id>.hnsw``) so the next process opens it instead of building it. Its recall
+            and speed by corpus are in ``docs/ann.md``; filtered searches stay complete (a rare filter is
+            answered exactly). ``":memory:"`` stores keep the graph in memory only.
+        ef_search: the HNSW candidate list per search (an int > 0; ``None``: the index's default): larger
+            is slower and closer to exact.
 
     Every connection waits up to 5 seconds for a lock held by another connection (SQLite's busy timeout)
     before a call fails with :class:`~fastrag.errors.TransientBackendError`.
 
     Raises:
         BackendUnavailableError: the file cannot be opened or is not a fastrag database.
-        ConfigurationError: ``dimension``, ``embedding_model`` or the analyzer differ from the file's.
-        InvalidParameterError: ``dimension`` or ``read_connections`` is not a positive int.
+        ConfigurationError: ``dimension``, ``embedding_model`` or the analyzer differ from the file's; or
+            ``vector_index="hnsw"`` without faiss installed (raised by the first dense search).
+        InvalidParameterError: ``dimension``, ``read_connections`` or ``ef_search`` is not a positive int,
+            or ``vector_index`` is not ``"exact"`` or ``"hnsw"``.
 
     Example::
 
@@ -165,7 +179,19 @@ class SQLiteVectorStore:
         embedding_model: str | None = None,
         analyzer: Analyzer | None = None,
         read_connections: int | None = None,
+        vector_index: str = "exact",
+        ef_search: int | None = None,
     ) -> None:
+        if vector_index not in _VECTOR_INDEXES:
+            raise InvalidParameterError(f"vector_index must be one of {_VECTOR_INDEXES}, got {vector_index!r}")
+        if ef_search is not None:
+            check_positive_int(ef_search, "ef_search")
+        self.vector_index = vector_index
+        self._ef_search = ef_search
+        self._ann: Any = None  # the approximate index, once a dense search needed it
+        self._ann_lock = threading.Lock()
+        self._ann_unsaved = 0  # vectors added to it since it was last saved
+        self._ann_generation = -1  # the newest state whose deletions it has dropped
         if dimension is not None and (not isinstance(dimension, int) or dimension <= 0):
             raise InvalidParameterError(f"dimension must be a positive int, got {dimension!r}")
         if read_connections is not None:
@@ -196,6 +222,7 @@ class SQLiteVectorStore:
             self.embedding_model: str | None = self._check_meta("embedding_model", embedding_model, str)
             self._check_meta("analyzer_language", self.analyzer.language or "none", str)
             self._per_language = self._language_analysis()
+            self._store_id = self._check_meta("store_id", None, str) or self._new_store_id()
         except BaseException:
             self._conn.close()
             raise
@@ -249,6 +276,12 @@ class SQLiteVectorStore:
                 "use a new store or the same settings"
             )
         return stored
+
+    def _new_store_id(self) -> str:
+        """A random id for this store file, recorded once: files beside it (the ANN index) carry it in
+        their name, so a store recreated at the same path never opens another store's index."""
+        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
+        return self._conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
 
     def _language_analysis(self) -> bool:
         """Whether documents are analysed in their own language (recorded in the file on first open).
@@ -806,12 +839,63 @@ class SQLiteVectorStore:
             return []
         # the dimension may have been fixed by another connection's first write
         check_dimension(query.shape[0], snap.matrix.shape[1], store=self.path, what="query has")
+        if self.vector_index != "exact":
+            return self._search_ann(conn, snap, query, k, node, rows)
         scores = snap.matrix @ (query / np.float32(np.linalg.norm(query)))
         if node is None and snap.all_searchable:
             return _ranked_rows(conn, scores, snap.rowids, k, rows=rows)
         allowed = snap.searchable if node is None else snap.searchable & self._mask(conn, snap, node)[snap.rowids]
         positions = np.flatnonzero(allowed)
         return _ranked_rows(conn, scores[positions], snap.rowids[positions], k, rows=rows)
+
+    def _search_ann(
+        self, conn: sqlite3.Connection, snap: Snapshot, query: np.ndarray, k: int, node: Filter | None, rows: bool
+    ) -> list[Document]:
+        index = self._ann_for(snap)
+        allowed = None
+        if node is not None:
+            allowed = self._mask(conn, snap, node)
+        elif index.max_key >= snap.size or snap.generation < self._ann_generation:
+            allowed = snap.live  # rows newer than this state (or deleted since it) are not its answers
+        keys, scores = index.search(query, k, allowed=allowed, ef_search=self._ef_search)
+        return _ranked_rows(conn, scores, keys, k, rows=rows) if len(keys) else []
+
+    def _ann_for(self, snap: Snapshot) -> Any:
+        """The approximate index, opened or built on first use, holding every vector of ``snap`` (vectors
+        written since it was last extended are added now). Saved beside the store file after a build and
+        once the vectors added since the last save pass 5% of it."""
+        from fastrag.vector_store.sqlite.ann import HNSWIndex
+
+        path = None if self._private else f"{self.path}-{self._store_id}.hnsw"
+        with self._ann_lock:
+            index = self._ann
+            if index is None and path is not None and os.path.exists(path):
+                index = HNSWIndex.load(path)
+            if index is None or index.dimension != snap.matrix.shape[1]:
+                chosen = np.flatnonzero(snap.searchable)
+                index = HNSWIndex.build(snap.matrix[chosen], snap.rowids[chosen])
+                self._ann_unsaved = len(chosen) + 1
+            new = np.flatnonzero(snap.has_vector & (snap.rowids > index.max_key))
+            if len(new):
+                index.add(snap.matrix[new], snap.rowids[new])
+                self._ann_unsaved += len(new)
+            if snap.generation > self._ann_generation:  # rows deleted since: never answers again
+                keys = index.keys
+                keys = keys[keys < snap.size]
+                gone = keys[~snap.live[keys]]
+                if len(gone):
+                    index.remove(gone)
+                    self._ann_unsaved += len(gone)
+                self._ann_generation = snap.generation
+            if index.dead_fraction > 0.3:  # a graph mostly of deleted waypoints: build it again
+                chosen = np.flatnonzero(snap.searchable)
+                index = HNSWIndex.build(snap.matrix[chosen], snap.rowids[chosen])
+                self._ann_unsaved = len(chosen) + 1
+            self._ann = index
+            if path is not None and self._ann_unsaved > _ANN_SAVE_EVERY * len(index):
+                index.save(path)
+                self._ann_unsaved = 0
+            return index
 
     async def hydrate(self, documents: Sequence[Document]) -> list[Document]:
         """``documents`` (hits returned without rows, see :mod:`fastrag.deferred`) with their stored content
