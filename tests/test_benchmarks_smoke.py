@@ -119,6 +119,7 @@ def test_speed_backends_table_reports_a_failed_throughput_level(monkeypatch) -> 
     assert "q/s at concurrency 1 / 8 / 64" in lines[0]
     assert "| 2.5 / 2.0 / failed (hybrid) |" in lines[2]
 
+
 def test_coldstart_smoke(tmp_path: Path) -> None:
     pytest.importorskip("bm25s", reason='needs bm25s: pip install "fastrag[bench]"')
     text = _run("coldstart.py", tmp_path / "coldstart.md")
