@@ -350,12 +350,12 @@ async def _trickle(path, dim, words, active, stop, idle, added, max_seconds) -> 
     idle.set()
 
 
-def rss_probe(path: str, ann_path: str | None, qtable: dict, queries: list[str], filtered: bool) -> dict:
+def rss_probe(path: str, ann_path: str | None, qtable: dict, queries: list[str], filtered: bool, ann_kind: str) -> dict:
     """In a fresh process: RSS after imports, then after opening the store and running every kind of query."""
-    return anyio.run(_rss_probe, path, ann_path, qtable, queries, filtered)
+    return anyio.run(_rss_probe, path, ann_path, qtable, queries, filtered, ann_kind)
 
 
-async def _rss_probe(path, ann_path, qtable, queries, filtered) -> dict:
+async def _rss_probe(path, ann_path, qtable, queries, filtered, ann_kind) -> dict:
     base = rss_mb()
     embedder = CachedEmbedder(STATIC, qtable)
     kinds = 0
@@ -371,7 +371,7 @@ async def _rss_probe(path, ann_path, qtable, queries, filtered) -> dict:
                 await r.retrieve(q, k=K, filter=flt)
             kinds += 1
         if ann_path is not None:
-            async with SQLiteVectorStore(ann_path, embedding_model=STATIC, vector_index="hnsw") as ann:
+            async with SQLiteVectorStore(ann_path, embedding_model=STATIC, vector_index=ann_kind) as ann:
                 ann_r = VectorRetriever(vector_store=ann, embedder=embedder)
                 for q in queries:
                     await ann_r.retrieve(q, k=K)
@@ -438,27 +438,33 @@ async def ingest(path: Path, docs: list[Document], vectors: np.ndarray, **option
     }
 
 
-async def open_ann(folder: Path, path: Path, docs: list[Document], vectors: np.ndarray, res: dict):
+async def open_ann(folder: Path, path: Path, docs: list[Document], vectors: np.ndarray, res: dict, args):
     """The approximate index if the store has one: ``(store, its path)`` or ``(None, None)``; the status in
     ``res``. An empty throwaway store tells whether ``vector_index`` is accepted at all; then the measured store
     is reopened with it, or, if the index can only be chosen when a store is created, a second one is built."""
+    kind = args.ann_index
+    if kind == "none" or len(docs) > args.ann_max_docs:
+        res["ann_status"] = ("skipped (--ann-index none)" if kind == "none" else
+                             f"skipped: {len(docs):,} documents > --ann-max-docs {args.ann_max_docs:,} "
+                             f"(building a {kind} index at this size takes too long for one run; docs/ann.md)")
+        return None, None
     probe = folder / "ann-probe"
     try:
         try:
-            await SQLiteVectorStore(probe / "probe.db", vector_index="hnsw").aclose()
+            await SQLiteVectorStore(probe / "probe.db", vector_index=kind).aclose()
         finally:
             shutil.rmtree(probe, ignore_errors=True)
     except (TypeError, ConfigurationError, InvalidParameterError) as exc:
         res["ann_status"] = f"not available ({type(exc).__name__}: {exc})"
         return None, None
     try:
-        res["ann_status"] = "the same store file opened with vector_index='hnsw'"
-        return SQLiteVectorStore(path, embedding_model=STATIC, vector_index="hnsw"), path
+        res["ann_status"] = f"the same store file opened with vector_index={kind!r}"
+        return SQLiteVectorStore(path, embedding_model=STATIC, vector_index=kind), path
     except ConfigurationError as exc:
         ann_path = folder / "ann" / "store.db"
-        res["ann_ingest"] = await ingest(ann_path, docs, vectors, vector_index="hnsw")
-        res["ann_status"] = f"a second store created with vector_index='hnsw' (reopening the first: {exc})"
-        return SQLiteVectorStore(ann_path, embedding_model=STATIC, vector_index="hnsw"), ann_path
+        res["ann_ingest"] = await ingest(ann_path, docs, vectors, vector_index=kind)
+        res["ann_status"] = f"a second store created with vector_index={kind!r} (reopening the first: {exc})"
+        return SQLiteVectorStore(ann_path, embedding_model=STATIC, vector_index=kind), ann_path
 
 
 def build_peers(folder: Path, analyzer, docs: list[Document], vectors: np.ndarray, ids: list[str], args,
@@ -513,7 +519,7 @@ async def measure(spec: str, args, folder: Path) -> dict:
     res["ingest"] = await ingest(path, docs, vectors)  # 6.
     log(f"{spec}: ingested in {res['ingest']['wall_s']:.1f} s ({res['ingest']['docs_per_s']:,.0f} docs/s), "
         f"{res['ingest']['final_bytes'] / 2**20:.1f} MB on disk")
-    ann_store, ann_path = await open_ann(folder, path, docs, vectors, res)  # 4., set up while the corpus is here
+    ann_store, ann_path = await open_ann(folder, path, docs, vectors, res, args)  # 4., set up while the corpus is here
     store = SQLiteVectorStore(path, embedding_model=STATIC)
     analyzer = store.analyzer
     peers = build_peers(folder, analyzer, docs, vectors, ids, args, res)
@@ -618,7 +624,8 @@ async def measure(spec: str, args, folder: Path) -> dict:
 
         # 8. memory of a fastrag-only process
         res["memory"] = memory(path, ann_path, qtable, queries, synthetic_corpus,
-                               vector_bytes=(n + res.get("trickle", {}).get("docs_added", 0)) * dim * 4)
+                               vector_bytes=(n + res.get("trickle", {}).get("docs_added", 0)) * dim * 4,
+                               ann_kind=args.ann_index)
         log(f"{spec}: memory probe done")
     res["loadavg_end"] = os.getloadavg()
     res["elapsed_s"] = time.perf_counter() - t_start
@@ -633,7 +640,7 @@ async def measure(spec: str, args, folder: Path) -> dict:
 
 
 def memory(path: Path, ann_path: Path | None, qtable: dict, queries: list[str], filtered: bool, *,
-           vector_bytes: int) -> dict:
+           vector_bytes: int, ann_kind: str) -> dict:
     """Measure 8: RSS of a fresh fastrag-only process after every kind of query, and the bytes it holds."""
     def beside(db: Path) -> dict[str, int]:
         return {k: v for k, v in files_in(db.parent).items()
@@ -646,7 +653,7 @@ def memory(path: Path, ann_path: Path | None, qtable: dict, queries: list[str], 
     few = queries[: min(len(queries), 50)]
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         mem = pool.submit(rss_probe, str(path), str(ann_path) if ann_path else None, {q: qtable[q] for q in few},
-                          few, filtered).result()
+                          few, filtered, ann_kind).result()
     mem.update(vector_bytes=vector_bytes, index_bytes=idx + sum(files.values()), btrees=btrees, files_beside=files)
     return mem
 
@@ -1049,6 +1056,12 @@ def main() -> None:
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="OPENBLAS/OMP/MKL threads in the measuring processes, faiss's OpenMP included "
                              "(default 1; 0: the library default)")
+    parser.add_argument("--ann-index", default="hnsw",
+                        help="the store's approximate index measured in 4. (its vector_index=, e.g. hnsw; 'none' skips "
+                             "measure 4; default hnsw)")
+    parser.add_argument("--ann-max-docs", type=int, default=300_000,
+                        help="measure 4 only on corpora up to this many documents: building the index is part of "
+                             "the run (HNSW on 2 cores: about a minute per 100,000 random vectors; default 300000)")
     parser.add_argument("--smoke", action="store_true",
                         help="CI: 2,000 synthetic chunks, 300 SciFact documents, 20 queries; under a minute")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
