@@ -647,6 +647,7 @@ def memory(path: Path, ann_path: Path | None, qtable: dict, queries: list[str], 
                 if k != db.name and not k.endswith(("-wal", "-shm", "-journal"))}
 
     idx, btrees = index_bytes(path)
+    idx -= min(btrees.get("blocks", 0), vector_bytes)  # the blocks b-tree holds the vectors: counted once, as vectors
     files = beside(path)
     if ann_path is not None and ann_path != path:  # a second store: only its ANN files count
         files.update({f"ann/{k}": v for k, v in beside(ann_path).items()})
