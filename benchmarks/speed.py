@@ -138,20 +138,33 @@ def load_corpus(name: str, args) -> tuple[list[Document], np.ndarray, dict[str, 
 
 
 class DirectSQLite:
-    """What a user calling SQLite and numpy directly would run: the store's SQL and scoring, no fastrag layer."""
+    """What a user calling SQLite and numpy directly would run: the store's SQL and scoring, no fastrag layer.
+
+    It reads the store's own layout once (the blocks' rowids, lengths and vectors; schema 3), then per
+    query the packed postings rows of the query's terms from every segment, scored with the same Lucene
+    BM25 by numpy, and the rows of the top hits."""
 
     def __init__(self, path: str, analyzer) -> None:
         self.conn = sqlite3.connect(path, check_same_thread=False)
         self.analyzer = analyzer
-        rows = self.conn.execute("SELECT rowid, n_terms FROM documents").fetchall()
-        self.lengths = np.zeros(max(r[0] for r in rows) + 1)
-        for rowid, n in rows:
-            self.lengths[rowid] = n
-        self.n, self.avgdl = len(rows), float(self.lengths.sum()) / len(rows)
-        vec = self.conn.execute("SELECT rowid, embedding FROM documents WHERE embedding IS NOT NULL").fetchall()
-        m = np.frombuffer(b"".join(r[1] for r in vec), dtype=np.float32).reshape(len(vec), -1)
-        self.matrix = embeddings.l2(m)
-        self.rowids = np.array([r[0] for r in vec], dtype=np.int64)
+        rowids, lengths, vectors = [], [], []
+        for rows_b, lengths_b, vectors_b in self.conn.execute("SELECT rows, lengths, vectors FROM blocks ORDER BY id"):
+            rows = np.frombuffer(rows_b, dtype="<i4").astype(np.int64)
+            rowids.append(rows)
+            lengths.append(np.frombuffer(lengths_b, dtype="<i4"))
+            if vectors_b is not None:
+                vectors.append(np.frombuffer(vectors_b, dtype="<f4").reshape(len(rows), -1))
+        live = {r for (r,) in self.conn.execute("SELECT rowid FROM documents")}
+        all_rows = np.concatenate(rowids)
+        keep = np.fromiter((r in live for r in all_rows.tolist()), dtype=bool, count=len(all_rows))
+        self.lengths = np.zeros(int(all_rows.max()) + 1)
+        self.lengths[all_rows[keep]] = np.concatenate(lengths)[keep]
+        self.n, self.avgdl = int(keep.sum()), float(self.lengths.sum()) / int(keep.sum())
+        self.matrix = np.ascontiguousarray(np.concatenate(vectors)[keep]) if vectors else np.zeros((0, 0), np.float32)
+        self.rowids = all_rows[keep]
+        self.segments = [r[0] for r in self.conn.execute("SELECT id FROM segments")]
+        self.live = np.zeros(len(self.lengths), dtype=bool)
+        self.live[self.rowids] = True
 
     def _rows(self, rowids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple]:
         top = np.argpartition(-scores, min(k, len(scores) - 1))[:k] if len(scores) > k else np.arange(len(scores))
@@ -165,20 +178,23 @@ class DirectSQLite:
 
     def bm25(self, query: str, k: int) -> list[tuple]:
         terms = sorted(set(self.analyzer.analyze(query, for_query=True)))
-        # the store's query: per term its document frequency and its postings as one "doc,tf,..." string
+        # the store's query: per segment and term, the packed rowids (int32) and term frequencies (uint16)
         found = self.conn.execute(
-            "SELECT term, count(*), group_concat(doc || ',' || tf) FROM postings "
-            "WHERE term IN (SELECT value FROM json_each(?)) GROUP BY term", (json.dumps(terms),)
-        ).fetchall()
+            f"SELECT term, docs, tfs FROM postings WHERE segment IN ({','.join('?' * len(self.segments))}) "
+            f"AND term IN ({','.join('?' * len(terms))})", [*self.segments, *terms]).fetchall()
         if not found:
             return []
-        df = [n for _, n, _ in found]
-        pairs = np.fromstring(",".join(p for _, _, p in found), dtype=np.int64, sep=",").reshape(-1, 2)
-        rowids, tf = pairs[:, 0], pairs[:, 1].astype(np.float64)
-        w = np.repeat(np.array([math.log(1.0 + (self.n - c + 0.5) / (c + 0.5)) for c in df]), df)
-        norm = _BM25_K1 * (1.0 - _BM25_B + _BM25_B * self.lengths[rowids] / self.avgdl)
-        contributions = w * tf * (_BM25_K1 + 1.0) / (tf + norm)
-        candidates, inverse = np.unique(rowids, return_inverse=True)
+        docs = np.concatenate([np.frombuffer(d, dtype="<i4") for _, d, _ in found])
+        tf = np.concatenate([np.frombuffer(f, dtype="<u2" if 2 * len(f) == len(d) else "<u4") for _, d, f in found]).astype(np.float64)
+        index: dict[str, int] = {}
+        term_ids = np.repeat([index.setdefault(t, len(index)) for t, _, _ in found], [len(d) // 4 for _, d, _ in found])
+        keep = self.live[docs]
+        docs, tf, term_ids = docs[keep], tf[keep], term_ids[keep]
+        df = np.bincount(term_ids, minlength=len(index)).astype(np.float64)
+        idf = np.log1p((self.n - df + 0.5) / (df + 0.5))
+        norm = _BM25_K1 * (1.0 - _BM25_B + _BM25_B * self.lengths[docs] / self.avgdl)
+        contributions = idf[term_ids] * tf * (_BM25_K1 + 1.0) / (tf + norm)
+        candidates, inverse = np.unique(docs, return_inverse=True)
         return self._rows(candidates, np.bincount(inverse, weights=contributions), k)
 
     def vector(self, query: np.ndarray, k: int) -> list[tuple]:
