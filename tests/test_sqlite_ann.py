@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from fastrag.errors import (
     DimensionMismatchError,
     InvalidParameterError,
 )
-from fastrag.vector_store.sqlite.ann import HNSWIndex
+from fastrag.vector_store.sqlite.ann import HNSWIndex, PQFastScanIndex
 
 needs_faiss = pytest.mark.skipif(
     importlib.util.find_spec("faiss") is None, reason='faiss is not installed: pip install "fastrag[ann]"'
@@ -303,3 +304,209 @@ def test_missing_faiss_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss now raises ImportError
     with pytest.raises(ConfigurationError, match=r'pip install "fastrag\[ann\]"'):
         HNSWIndex.build(unit_rows(0, 3, dim=8), np.arange(3))
+
+
+# ------------------------------------------------------------------------------------------------------
+# PQFastScanIndex: the same API, fast-scan candidates re-scored exactly through the caller's vectors
+# ------------------------------------------------------------------------------------------------------
+
+PQ_N = 20_000
+
+
+@pytest.fixture(scope="module")
+def pq_corpus() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """20,000 random unit vectors of 64 dims keyed by sparse rowids (3i + 1), and 100 queries."""
+    return unit_rows(10, PQ_N), np.arange(PQ_N, dtype=np.int64) * 3 + 1, unit_rows(11, 100)
+
+
+def gather(matrix: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """The ``vectors`` function the store passes: rowids (3i + 1) to their rows."""
+    return lambda ks: matrix[(ks - 1) // 3]
+
+
+@pytest.fixture(scope="module")
+def pq_index(pq_corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> PQFastScanIndex:
+    if importlib.util.find_spec("faiss") is None:
+        pytest.skip('faiss is not installed: pip install "fastrag[ann]"')
+    matrix, keys, _ = pq_corpus
+    return PQFastScanIndex.build(matrix, keys)
+
+
+@needs_faiss
+def test_pq_recall_against_exact_with_exact_scores(
+    pq_index: PQFastScanIndex, pq_corpus: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> None:
+    matrix, keys, queries = pq_corpus
+    vectors = gather(matrix)
+    results = [pq_index.search(q, K, vectors=vectors) for q in queries]
+    assert recall([r[0] for r in results], [exact(matrix, keys, q, K) for q in queries]) >= 0.95
+    for (found, scores), q in zip(results, queries, strict=True):
+        assert found.dtype == np.int64 and scores.dtype == np.float32 and len(found) == K
+        assert np.all(np.diff(scores) <= 0)  # best first
+        np.testing.assert_allclose(scores, vectors(found) @ q, rtol=1e-5, atol=1e-6)  # exact cosine
+    # any query scale; the same call as HNSWIndex (which ignores vectors=)
+    assert pq_index.search(queries[0] * 7.5, K, vectors=vectors)[0].tolist() == results[0][0].tolist()
+
+
+@needs_faiss
+@pytest.mark.parametrize("share", [0.01, 0.5])
+@pytest.mark.parametrize("fetch", [False, True], ids=["default", "over-fetch-forced"])
+def test_pq_filtered_search_returns_only_allowed_keys_and_k_of_them(
+    pq_corpus: tuple[np.ndarray, np.ndarray, np.ndarray], pq_index: PQFastScanIndex, share: float, fetch: bool
+) -> None:
+    matrix, keys, queries = pq_corpus
+    # by default 1% (200 rows) is scored exactly and 50% over-fetched; exact_share=0 with candidate_k
+    # under 200 forces the over-fetch at 1% too
+    idx = PQFastScanIndex.build(matrix, keys, exact_share=0, candidate_k=128) if fetch else pq_index
+    rng = np.random.default_rng(int(share * 100))
+    allowed = np.zeros(int(keys[-1]) + 1, dtype=bool)
+    allowed[rng.choice(keys, int(share * PQ_N), replace=False)] = True
+    allowed[0] = True  # a key that is not in the index: never returned
+    found = [idx.search(q, K, allowed=allowed, vectors=gather(matrix))[0] for q in queries]
+    for f in found:
+        assert len(f) == K
+        assert allowed[f].all()
+    assert recall(found, [exact(matrix, keys, q, K, allowed) for q in queries]) >= 0.95
+
+
+class _ShortFetch:
+    """A stand-in for the faiss index whose fast scan returns only half of what it finds."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def search(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, ids = self.inner.search(x, k)  # type: ignore[attr-defined]
+        ids[:, 5:] = -1
+        return scores, ids
+
+
+@needs_faiss
+def test_pq_a_short_fetch_is_completed_exactly(pq_corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    matrix, keys, queries = pq_corpus
+    idx = PQFastScanIndex.build(matrix[:2_000], keys[:2_000], exact_share=0, candidate_k=10)
+    idx._index = _ShortFetch(idx._index)  # noqa: SLF001 (simulates faiss coming back short)
+    allowed = np.zeros(int(keys[1_999]) + 1, dtype=bool)
+    allowed[keys[:2_000:20]] = True  # 100 allowed keys
+    for q in queries[:20]:
+        found, _ = idx.search(q, K, allowed=allowed, vectors=gather(matrix))
+        np.testing.assert_array_equal(found, exact(matrix[:2_000], keys[:2_000], q, K, allowed))
+
+
+@needs_faiss
+def test_pq_fewer_allowed_keys_than_k_and_short_masks(
+    pq_index: PQFastScanIndex, pq_corpus: tuple[np.ndarray, ...]
+) -> None:
+    matrix, keys, queries = pq_corpus
+    allowed = np.zeros(int(keys[-1]) + 1, dtype=bool)
+    allowed[keys[[5, 500, 19_999]]] = True
+    found, _ = pq_index.search(queries[0], K, allowed=allowed, vectors=gather(matrix))
+    assert sorted(found.tolist()) == sorted(keys[[5, 500, 19_999]].tolist())
+    found, _ = pq_index.search(queries[0], K, allowed=np.ones(100, dtype=bool), vectors=gather(matrix))
+    assert len(found) == K and found.max() < 100
+
+
+@needs_faiss
+def test_pq_add_after_build_remove_and_replace(pq_corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    matrix, keys, queries = pq_corpus
+    vectors = gather(matrix)
+    idx = PQFastScanIndex.build(matrix[:15_000], keys[:15_000])
+    idx.add(matrix[15_000:], keys[15_000:])  # encoded with the codebooks trained at build
+    assert len(idx) == PQ_N and idx.max_key == int(keys[-1]) and idx.untrained_fraction == pytest.approx(0.25)
+    for i in range(15_000, PQ_N, 250):
+        found, scores = idx.search(matrix[i], 1, vectors=vectors)
+        assert found[0] == keys[i] and scores[0] == pytest.approx(1.0, abs=1e-5)
+    assert recall([idx.search(q, K, vectors=vectors)[0] for q in queries],
+                  [exact(matrix, keys, q, K) for q in queries]) >= 0.95
+    gone = keys[:PQ_N:2]
+    assert idx.remove(np.append(gone, 10**7)) == len(gone)  # a key not in the index is ignored
+    assert len(idx) == PQ_N // 2 and idx.dead_fraction == 0.0
+    for q in queries[:20]:
+        found, _ = idx.search(q, K, vectors=vectors)
+        assert len(found) == K and not np.isin(found, gone).any()
+    # re-adding a key replaces its code; vectors() is the caller's truth, so point the key at a new row
+    rows = matrix.copy()
+    rows[1] = -matrix[1]
+    idx.add(rows[1:2], keys[1:2])
+    assert len(idx) == PQ_N // 2
+    assert idx.search(-matrix[1], 1, vectors=gather(rows))[0][0] == keys[1]
+
+
+@needs_faiss
+def test_pq_save_and_load_round_trip(
+    pq_index: PQFastScanIndex, pq_corpus: tuple[np.ndarray, np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    matrix, keys, queries = pq_corpus
+    path = tmp_path / "vectors.pqfs"
+    path.write_bytes(b"an older file")
+    pq_index.save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vectors.pqfs"]  # no temporary file left
+    loaded = PQFastScanIndex.load(path)
+    assert not loaded.memory_mapped
+    assert len(loaded) == len(pq_index) and loaded.max_key == pq_index.max_key
+    assert loaded.keys.tolist() == pq_index.keys.tolist()
+    allowed = np.random.default_rng(5).random(int(keys[-1]) + 1) < 0.3
+    for q in queries[:30]:
+        for a in (None, allowed):
+            f1, s1 = pq_index.search(q, K, allowed=a, vectors=gather(matrix))
+            f2, s2 = loaded.search(q, K, allowed=a, vectors=gather(matrix))
+            np.testing.assert_array_equal(f1, f2)
+            np.testing.assert_array_equal(s1, s2)
+    with pytest.raises(BackendUnavailableError):  # an HNSW file is not a fast-scan one
+        HNSWIndex.build(unit_rows(3, 50), np.arange(50)).save(tmp_path / "g.hnsw")
+        PQFastScanIndex.load(tmp_path / "g.hnsw")
+
+
+@needs_faiss
+def test_pq_concurrent_searches_agree_with_serial(
+    pq_index: PQFastScanIndex, pq_corpus: tuple[np.ndarray, ...]
+) -> None:
+    matrix, keys, queries = pq_corpus
+    vectors = gather(matrix)
+    allowed = np.random.default_rng(6).random(int(keys[-1]) + 1) < 0.5
+
+    def run() -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(pq_index.search(q, K, vectors=vectors)[0],
+                 pq_index.search(q, K, allowed=allowed, vectors=vectors)[0]) for q in queries]
+
+    serial = run()
+    results: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(4)]
+    barrier = threading.Barrier(4)
+
+    def work(slot: int) -> None:
+        barrier.wait()
+        results[slot] = run()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got in results:
+        assert len(got) == len(serial)
+        for (a, b), (c, d) in zip(got, serial, strict=True):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, d)
+
+
+@needs_faiss
+def test_pq_empty_build_trains_on_first_add_and_bad_arguments(
+    pq_index: PQFastScanIndex, tmp_path: Path
+) -> None:
+    idx = PQFastScanIndex.build(np.zeros((0, 8), dtype=np.float32), np.zeros(0, dtype=np.int64))
+    assert len(idx) == 0 and idx.max_key == -1
+    rows = unit_rows(4, 3, dim=8)
+    assert len(idx.search(rows[0], K, vectors=lambda ks: rows[ks])[0]) == 0
+    idx.add(rows, np.array([0, 1, 2]))  # fewer rows than the 16 centroids: repeated for training
+    assert idx.search(rows[2], K, vectors=lambda ks: rows[ks])[0].tolist()[0] == 2
+    q = unit_rows(2, 1)[0]
+    with pytest.raises(InvalidParameterError):
+        pq_index.search(q, K)  # vectors= is required
+    with pytest.raises(InvalidParameterError):
+        pq_index.search(q, K, vectors=lambda ks: np.zeros((len(ks), 3), dtype=np.float32))
+    with pytest.raises(InvalidParameterError):
+        PQFastScanIndex.build(unit_rows(3, 20), np.arange(20), sub_quantizers=5)  # 5 does not divide 64
+    with pytest.raises(InvalidParameterError):
+        PQFastScanIndex.build(unit_rows(3, 20), np.arange(20), exact_share=2.0)
+    with pytest.raises(BackendUnavailableError):
+        PQFastScanIndex.load(tmp_path / "missing.pqfs")
