@@ -23,17 +23,27 @@ class TestSQLiteHNSWStore(StoreContract):
         return lambda: SQLiteVectorStore(tmp_path / "contract.db", vector_index="hnsw")
 
 
+class TestSQLitePQStore(StoreContract):
+    @pytest.fixture
+    def store_factory(self, tmp_path):
+        return lambda: SQLiteVectorStore(tmp_path / "contract.db", vector_index="pq")
+
+
+KINDS = pytest.mark.parametrize("kind", ["hnsw", "pq"])
+
+
 def corpus(n: int = 3000, dim: int = 32) -> tuple[list[Document], np.ndarray]:
     rng = np.random.default_rng(0)
     docs = [Document(id=f"d{i:04d}", content=f"word{i % 7}", metadata={"c": i % 10}) for i in range(n)]
     return docs, rng.standard_normal((n, dim)).astype(np.float32)
 
 
+@KINDS
 @pytest.mark.anyio
-async def test_approximate_results_agree_with_exact_and_never_return_deleted_or_filtered_rows(tmp_path: Path) -> None:
+async def test_approximate_results_agree_with_exact_and_never_return_deleted_or_filtered_rows(tmp_path: Path, kind: str) -> None:
     docs, vectors = corpus()
     queries = np.random.default_rng(1).standard_normal((30, 32)).astype(np.float32)
-    async with SQLiteVectorStore(tmp_path / "a.db", vector_index="hnsw") as ann, SQLiteVectorStore(tmp_path / "a.db") as exact:
+    async with SQLiteVectorStore(tmp_path / "a.db", vector_index=kind) as ann, SQLiteVectorStore(tmp_path / "a.db") as exact:
         await ann.upsert(docs, embeddings=vectors)
         recall = [
             len({d.id for d in await ann.search_vector(q, k=10)} & {d.id for d in await exact.search_vector(q, k=10)}) / 10
@@ -50,26 +60,27 @@ async def test_approximate_results_agree_with_exact_and_never_return_deleted_or_
         assert (await ann.search_vector(queries[0], k=1))[0].id == "new"  # written after the build: found
 
 
+@KINDS
 @pytest.mark.anyio
-async def test_the_index_is_saved_beside_the_store_and_reopened_not_rebuilt(tmp_path: Path, monkeypatch) -> None:
+async def test_the_index_is_saved_beside_the_store_and_reopened_not_rebuilt(tmp_path: Path, monkeypatch, kind: str) -> None:
     docs, vectors = corpus(800)
-    async with SQLiteVectorStore(tmp_path / "s.db", vector_index="hnsw") as store:
+    async with SQLiteVectorStore(tmp_path / "s.db", vector_index=kind) as store:
         await store.upsert(docs, embeddings=vectors)
         first = [d.id for d in await store.search_vector(vectors[5], k=5)]
-    saved = [p for p in os.listdir(tmp_path) if p.endswith(".hnsw")]
+    saved = [p for p in os.listdir(tmp_path) if p.endswith(f".{kind}")]
     assert len(saved) == 1 and saved[0].startswith("s.db-")
     from fastrag.vector_store.sqlite import ann
 
     def no_build(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise AssertionError("the saved index should have been opened")
 
-    monkeypatch.setattr(ann.HNSWIndex, "build", no_build)
-    async with SQLiteVectorStore(tmp_path / "s.db", vector_index="hnsw") as store:
+    monkeypatch.setattr(ann.HNSWIndex if kind == "hnsw" else ann.PQFastScanIndex, "build", no_build)
+    async with SQLiteVectorStore(tmp_path / "s.db", vector_index=kind) as store:
         assert [d.id for d in await store.search_vector(vectors[5], k=5)] == first
     # a new store at the same path never opens the old store's index (another store id)
     os.remove(tmp_path / "s.db")
     monkeypatch.undo()
-    async with SQLiteVectorStore(tmp_path / "s.db", vector_index="hnsw") as store:
+    async with SQLiteVectorStore(tmp_path / "s.db", vector_index=kind) as store:
         await store.upsert(docs[:10], embeddings=vectors[:10] * -1)
         assert {d.id for d in await store.search_vector(vectors[5], k=20)} <= {d.id for d in docs[:10]}
 

@@ -600,8 +600,11 @@ class PQFastScanIndex:
     sampled rows; :meth:`add` encodes new rows with them. Rows unlike the training sample (another
     embedding model, a new domain) are coded coarsely, so their estimates are noisy and recall among them
     falls: rebuild when :attr:`untrained_fraction` (the share of live rows added after training) grows
-    large (above 0.5, say) or the data have changed in kind. Removal is physical (faiss compacts the
-    codes), so :attr:`dead_fraction` is always 0.
+    large (above 0.5, say) or the data have changed in kind. :meth:`remove` tombstones keys (never returned
+    again; their codes stay until a rebuild, :attr:`dead_fraction`): faiss's own ``remove_ids`` on a
+    fast-scan index left codes added afterwards unfindable by its scan (faiss-cpu 1.15: a vector equal to
+    the query missing from the scan's top 20), so it is not used. Tombstones are not saved: whoever
+    loads the index removes the keys its data no longer holds.
 
     Filters: faiss does not filter fast-scan searches, so :meth:`search` fetches ``candidate_k * stored /
     allowed`` candidates and keeps the allowed ones, and scores the allowed rows exactly (through
@@ -624,6 +627,7 @@ class PQFastScanIndex:
         self._candidate_k = candidate_k
         self._exact_share = float(exact_share)
         self._lock = _ReadWriteLock()
+        self._dead = np.zeros(0, dtype=bool)  # by key: tombstoned (still coded, never returned)
         self._reindex()
         # live rows encoded by codebooks trained on them (a loaded index counts as trained on all it holds)
         self._trained_rows = min(trained_rows, self._n_live)
@@ -747,7 +751,7 @@ class PQFastScanIndex:
     # --------------------------------------------------------------------------------------- changes
 
     def add(self, matrix: np.ndarray, keys: np.ndarray) -> None:
-        """Encode and insert vectors, in place; a key already in the index is replaced.
+        """Encode and insert vectors, in place; a key already stored (live or removed) is refused.
 
         Rows are encoded with the codebooks :meth:`build` trained (an index built empty trains on the
         first rows added); rows far from that training sample are estimated coarsely (see the class
@@ -760,14 +764,20 @@ class PQFastScanIndex:
 
         Raises:
             DimensionMismatchError: ``matrix`` is not ``(len(keys), dimension)``.
-            InvalidParameterError: a NaN or infinite value, or bad keys.
+            InvalidParameterError: a NaN or infinite value, bad keys, or a key already stored.
         """
         ids = _check_keys(keys)
         rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=self.dimension, store=_WHAT))
         if not len(rows):
             return
         with self._lock.writing():
-            trained = self._trained_rows - self._remove(ids)
+            again = self._stored(ids)
+            if len(again):
+                raise InvalidParameterError(
+                    f"keys {again[:5].tolist()} are already in the index: a fast-scan index cannot replace or "
+                    "revive keys in place (faiss's removal corrupts the scan of codes added after it); build it again"
+                )
+            trained = self._trained_rows
             if not self._pq.is_trained:
                 _train(self._pq, rows, DEFAULT_TRAINING_ROWS)
                 trained = len(rows)
@@ -792,30 +802,36 @@ class PQFastScanIndex:
             raise InvalidParameterError(f"keys must be a 1-D integer array, got {arr.dtype} {arr.shape}")
         arr = arr.astype(np.int64, copy=False)
         with self._lock.writing():
-            removed = self._remove(arr)
-            if removed:
+            arr = arr[(arr >= 0) & (arr < len(self._covered))]
+            arr = np.unique(arr[self._covered[arr]])
+            if len(arr):
+                if len(self._dead) < len(self._covered):
+                    grown = np.zeros(len(self._covered), dtype=bool)
+                    grown[: len(self._dead)] = self._dead
+                    self._dead = grown
+                self._dead[arr] = True
                 self._reindex()
                 # which rows went is not tracked: assume the untrained ones stay (the cautious reading)
-                self._trained_rows = max(0, min(self._trained_rows - removed, self._n_live))
-            return removed
+                self._trained_rows = max(0, min(self._trained_rows - len(arr), self._n_live))
+            return len(arr)
 
-    def _remove(self, keys: np.ndarray) -> int:
-        """Delete the codes of ``keys`` that are present (writer, under the lock; the caller reindexes)."""
+    def _stored(self, keys: np.ndarray) -> np.ndarray:
+        """The keys among ``keys`` whose codes are stored (live or tombstoned)."""
         faiss = _faiss()
-        keys = keys[(keys >= 0) & (keys < len(self._covered))]
-        keys = np.unique(keys[self._covered[keys]])
-        if not len(keys):
-            return 0
-        return int(self._index.remove_ids(faiss.IDSelectorBatch(keys)))
+        stored = faiss.vector_to_array(self._index.id_map).astype(np.int64, copy=False)
+        return np.unique(keys[np.isin(keys, stored)])
 
     def _reindex(self) -> None:
-        """Recompute the live-key bitmap from the faiss id map."""
+        """Recompute the live-key bitmap from the faiss id map and the tombstones."""
         faiss = _faiss()
         id_map = faiss.vector_to_array(self._index.id_map).astype(np.int64, copy=False)
         covered = np.zeros(int(id_map.max()) + 1 if len(id_map) else 0, dtype=bool)
         covered[id_map] = True
-        self._covered = covered  # by key: True where the key is in the index
-        self._n_live = len(id_map)
+        dead = self._dead[: len(covered)]
+        covered[: len(dead)] &= ~dead
+        self._covered = covered  # by key: True where the key is in the index and not tombstoned
+        self._n_stored = len(id_map)
+        self._n_live = int(np.count_nonzero(covered))
 
     # ---------------------------------------------------------------------------------------- search
 
@@ -869,9 +885,9 @@ class PQFastScanIndex:
             if allowed.dtype != np.bool_ or allowed.ndim != 1:
                 raise InvalidParameterError(f"allowed must be a 1-D bool array, got {allowed.dtype} {allowed.shape}")
         with self._lock.reading():
-            n_stored = self._n_live
+            n_stored = self._n_stored  # tombstoned codes are scanned too
             if allowed is None:
-                mask, n_allowed = None, n_stored
+                mask, n_allowed = (None if self._n_live == n_stored else self._covered), self._n_live
             else:
                 allowed = allowed[: len(self._covered)]
                 mask = allowed & self._covered[: len(allowed)]
@@ -929,8 +945,8 @@ class PQFastScanIndex:
 
     @property
     def dead_fraction(self) -> float:
-        """Always 0.0: removal deletes codes (kept for the same API as :class:`HNSWIndex`)."""
-        return 0.0
+        """Share of the stored codes that are tombstoned (0 to 1): rebuild when it grows."""
+        return 0.0 if not self._n_stored else 1.0 - self._n_live / self._n_stored
 
     @property
     def untrained_fraction(self) -> float:
