@@ -77,52 +77,46 @@ from fastrag.errors import (
     TransientBackendError,
 )
 from fastrag.filters import Filter, FilterLike, matches, parse_filter
-from fastrag.models import RANK, SCORE, Document, owned_document
+from fastrag.models import Document, owned_document
 from fastrag.retrieval._validation import check_positive_int
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import check_dimension, check_k, check_query_vector, check_unique_ids
 from fastrag.vector_store.sqlite import lexical, snapshot
-from fastrag.vector_store.sqlite.columns import MISSING, Column, filter_mask
+from fastrag.vector_store.sqlite.columns import Column, filter_mask
+from fastrag.vector_store.sqlite.rows import (
+    IN_CHUNK,
+    chunks,
+    dead_mask,
+    delete_rows,
+    id_list,
+    load_column,
+    ranked_rows,
+    rowids_of,
+    select_rowids,
+    vectors_of,
+)
+from fastrag.vector_store.sqlite.schema import (
+    BLOCK_ROWS,
+    BUMP_SQL,
+    GENERATION_SQL,
+    MAX_ROWID,
+    create_or_migrate,
+    meta_int,
+    set_meta,
+)
 from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
 
 __all__ = ["SQLiteVectorStore"]
 
-_SCHEMA_VERSION = "3"
 _BM25_K1 = lexical.BM25_K1  # read by benchmarks/speed.py's direct baseline
 _BM25_B = lexical.BM25_B
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLITE_BUSY
 _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
-_MAX_ROWID = 2**31 - 1  # rowids are packed as int32 in blocks and postings
-_BLOCK_ROWS = 65_536  # rows per block written by a compaction or a migration (a blob stays far below 1 GB)
-_IN_CHUNK = 10_000  # values bound per "IN (...)" list
 _VECTOR_INDEXES = ("exact", "hnsw", "pq")
 _ANN_SAVE_EVERY = 0.05  # save the ANN index again once vectors added since its last save pass this share
 T = TypeVar("T")
 
-_SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
-    rowid INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    content TEXT NOT NULL,
-    metadata TEXT NOT NULL
-);
-"""
-    + snapshot.BLOCKS_SCHEMA
-    + """
-CREATE TRIGGER IF NOT EXISTS documents_tombstone AFTER DELETE ON documents BEGIN
-    UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
-    INSERT OR REPLACE INTO tombstones
-        SELECT old.rowid, CAST(value AS INTEGER) FROM meta WHERE key = 'generation';
-END;
-"""
-    + lexical.SCHEMA
-)
-_GENERATION_SQL = "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'"
-# every write ends by raising the generation once more, so its state has a generation no other state has
-_BUMP_SQL = "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
 
 
 class SQLiteVectorStore:
@@ -258,7 +252,7 @@ class SQLiteVectorStore:
             try:
                 if not self._private:
                     conn.execute("PRAGMA journal_mode=WAL")  # persistent: the readers find the file in WAL mode
-                _create_or_migrate(conn, path)
+                create_or_migrate(conn, path)
             except BaseException:
                 conn.close()
                 raise
@@ -423,7 +417,7 @@ class SQLiteVectorStore:
         conn.execute("BEGIN")
         try:
             # the first read starts the transaction's snapshot; the generation names the state it sees
-            generation = conn.execute(_GENERATION_SQL).fetchone()[0]
+            generation = conn.execute(GENERATION_SQL).fetchone()[0]
             return fn(conn, self._snapshot_for(conn, generation), *args)
         finally:
             if conn.in_transaction:
@@ -468,11 +462,11 @@ class SQLiteVectorStore:
                 column, valid_from = cached
                 if len(column) >= snap.size:
                     return column.head(snap.size)
-                column = column.concat(_load_column(conn, key, len(column), snap.size))
+                column = column.concat(load_column(conn, key, len(column), snap.size))
                 # rows deleted before this state read as missing: valid for this state and later ones
                 self._columns[key] = (column, max(valid_from, snap.generation))
                 return column
-            column = _load_column(conn, key, 0, snap.size)
+            column = load_column(conn, key, 0, snap.size)
             if cached is None or snap.generation >= cached[1]:
                 self._columns[key] = (column, snap.generation)
             return column
@@ -549,13 +543,13 @@ class SQLiteVectorStore:
                 check_dimension(matrix.shape[1], int(stored[0]) if stored else None, store=self.path, what="embeddings have")
                 if stored is None:
                     conn.execute("INSERT INTO meta VALUES ('dimension', ?)", (str(matrix.shape[1]),))
-            old = _rowids_of(conn, [r[0] for r in rows])
+            old = rowids_of(conn, [r[0] for r in rows])
             if old:
-                _delete_rows(conn, sorted(old.values()))
-            first = _meta_int(conn, "next_rowid")
+                delete_rows(conn, sorted(old.values()))
+            first = meta_int(conn, "next_rowid")
             rowids = list(range(first, first + len(rows)))
-            if rowids[-1] > _MAX_ROWID:
-                raise BackendError(f"the store has used all {_MAX_ROWID} row ids; copy it into a new store", store=self.path)
+            if rowids[-1] > MAX_ROWID:
+                raise BackendError(f"the store has used all {MAX_ROWID} row ids; copy it into a new store", store=self.path)
             conn.executemany(
                 "INSERT INTO documents (rowid, id, content, metadata) VALUES (?, ?, ?, ?)",
                 [(r, *row) for r, row in zip(rowids, rows, strict=True)],
@@ -567,8 +561,8 @@ class SQLiteVectorStore:
                 snapshot.encode_block(np.array(rowids), lengths, matrix, has_vector),
             )
             lexical.write_segment(conn, rowids, counts)
-            _set_meta(conn, "next_rowid", rowids[-1] + 1)
-            conn.execute(_BUMP_SQL)
+            set_meta(conn, "next_rowid", rowids[-1] + 1)
+            conn.execute(BUMP_SQL)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -602,8 +596,8 @@ class SQLiteVectorStore:
                     "SELECT id FROM segments WHERE level = ? ORDER BY id LIMIT ?", (level, lexical.MERGE_FACTOR)
                 )]
                 if len(ids) == lexical.MERGE_FACTOR:  # another writer may have merged meanwhile
-                    lexical.merge_segments(conn, ids, level + 1, _dead_mask(conn))
-                    conn.execute(_BUMP_SQL)
+                    lexical.merge_segments(conn, ids, level + 1, dead_mask(conn))
+                    conn.execute(BUMP_SQL)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -614,10 +608,10 @@ class SQLiteVectorStore:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            dead = _dead_mask(conn)
+            dead = dead_mask(conn)
             blocks = [r[0] for r in conn.execute("SELECT id FROM blocks ORDER BY id")]
             pending: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]] = []
-            dim = _meta_int(conn, "dimension", 0)
+            dim = meta_int(conn, "dimension", 0)
             for block_id in blocks:
                 rows_b, lengths_b, vectors_b, flags_b = conn.execute(
                     "SELECT rows, lengths, vectors, has_vector FROM blocks WHERE id = ?", (block_id,)
@@ -637,8 +631,8 @@ class SQLiteVectorStore:
                 lengths = np.concatenate([p[1] for p in pending])
                 has = np.concatenate([p[3] for p in pending])
                 vectors = np.concatenate([p[2] for p in pending]) if dim else None
-                for start in range(0, len(rows), _BLOCK_ROWS):
-                    part = slice(start, start + _BLOCK_ROWS)
+                for start in range(0, len(rows), BLOCK_ROWS):
+                    part = slice(start, start + BLOCK_ROWS)
                     conn.execute(
                         "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
                         snapshot.encode_block(rows[part], lengths[part], None if vectors is None else vectors[part], has[part]),
@@ -648,7 +642,7 @@ class SQLiteVectorStore:
                 top = conn.execute("SELECT max(level) FROM segments").fetchone()[0]
                 lexical.merge_segments(conn, segments, top + 1, dead)
             conn.execute("DELETE FROM tombstones")
-            conn.execute(_BUMP_SQL)
+            conn.execute(BUMP_SQL)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -668,7 +662,7 @@ class SQLiteVectorStore:
         """
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
-        ids = _id_list(ids)
+        ids = id_list(ids)
         node = parse_filter(filter)
         return await self._run(self._delete_sync, ids, node, False)
 
@@ -680,19 +674,19 @@ class SQLiteVectorStore:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            generation = _meta_int(conn, "generation")
+            generation = meta_int(conn, "generation")
             if everything:
                 rowids = [r[0] for r in conn.execute("SELECT rowid FROM documents")]
             else:
                 if ids is not None:
-                    rowids = sorted(_rowids_of(conn, ids).values()) if ids else []
+                    rowids = sorted(rowids_of(conn, ids).values()) if ids else []
                 if node is not None:
                     snap = self._snapshot_for(conn, generation)
                     chosen = np.flatnonzero(self._mask(conn, snap, node))
                     rowids = chosen.tolist() if ids is None else np.intersect1d(chosen, rowids).tolist()
             if rowids:
-                _delete_rows(conn, rowids)  # the trigger tombstones them
-                conn.execute(_BUMP_SQL)
+                delete_rows(conn, rowids)  # the trigger tombstones them
+                conn.execute(BUMP_SQL)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -725,7 +719,7 @@ class SQLiteVectorStore:
             InvalidParameterError: ``ids`` is one string, or ``limit`` is not a positive int.
             FilterError: the filter is malformed.
         """
-        wanted = _id_list(ids)
+        wanted = id_list(ids)
         node = parse_filter(filter)
         if limit is not None:
             check_k(limit, "limit")
@@ -733,7 +727,7 @@ class SQLiteVectorStore:
         def get(conn: sqlite3.Connection, snap: Snapshot) -> list[tuple[str, str, str]]:
             if wanted is not None:
                 rows = []
-                for chunk in _chunks(wanted, _IN_CHUNK):
+                for chunk in chunks(wanted, IN_CHUNK):
                     rows += conn.execute(
                         f"SELECT id, content, metadata FROM documents WHERE id IN ({','.join('?' * len(chunk))})", chunk
                     ).fetchall()
@@ -745,8 +739,8 @@ class SQLiteVectorStore:
                 sql = "SELECT id, content, metadata FROM documents ORDER BY id"
                 return conn.execute(sql + (f" LIMIT {int(limit)}" if limit else "")).fetchall()
             chosen = np.flatnonzero(self._mask(conn, snap, node)).tolist()
-            keyed = sorted(_select_rowids(conn, "id", chosen).items(), key=lambda item: item[1][0])[:limit]
-            found = _select_rowids(conn, "id, content, metadata", [r for r, _ in keyed])
+            keyed = sorted(select_rowids(conn, "id", chosen).items(), key=lambda item: item[1][0])[:limit]
+            found = select_rowids(conn, "id, content, metadata", [r for r, _ in keyed])
             return [found[r] for r, _ in keyed]
 
         rows = await self._read(get)
@@ -809,7 +803,7 @@ class SQLiteVectorStore:
             size=snap.size,
             k=k,
         )
-        return _ranked_rows(conn, scores, candidates, k, rows=rows) if len(candidates) else []
+        return ranked_rows(conn, scores, candidates, k, rows=rows) if len(candidates) else []
 
     async def search_vector(
         self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None  # noqa: A002
@@ -846,10 +840,10 @@ class SQLiteVectorStore:
             return self._search_ann(conn, snap, query, k, node, rows)
         scores = snap.matrix @ (query / np.float32(np.linalg.norm(query)))
         if node is None and snap.all_searchable:
-            return _ranked_rows(conn, scores, snap.rowids, k, rows=rows)
+            return ranked_rows(conn, scores, snap.rowids, k, rows=rows)
         allowed = snap.searchable if node is None else snap.searchable & self._mask(conn, snap, node)[snap.rowids]
         positions = np.flatnonzero(allowed)
-        return _ranked_rows(conn, scores[positions], snap.rowids[positions], k, rows=rows)
+        return ranked_rows(conn, scores[positions], snap.rowids[positions], k, rows=rows)
 
     def _search_ann(
         self, conn: sqlite3.Connection, snap: Snapshot, query: np.ndarray, k: int, node: Filter | None, rows: bool
@@ -863,8 +857,8 @@ class SQLiteVectorStore:
         if self.vector_index == "hnsw":
             keys, scores = index.search(query, k, allowed=allowed, ef_search=self._ef_search)
         else:  # candidates found on compressed codes are scored exactly on the snapshot's own vectors
-            keys, scores = index.search(query, k, allowed=allowed, vectors=lambda wanted: _vectors_of(snap, wanted))
-        return _ranked_rows(conn, scores, keys, k, rows=rows) if len(keys) else []
+            keys, scores = index.search(query, k, allowed=allowed, vectors=lambda wanted: vectors_of(snap, wanted))
+        return ranked_rows(conn, scores, keys, k, rows=rows) if len(keys) else []
 
     def _ann_for(self, snap: Snapshot) -> Any:
         """The approximate index, opened or built on first use, holding every vector of ``snap`` (vectors
@@ -920,7 +914,7 @@ class SQLiteVectorStore:
         def read(conn: sqlite3.Connection, _snap: Snapshot) -> dict[str, tuple[str, str]]:
             found: dict[str, tuple[str, str]] = {}
             ids = [d.id for d in hits]
-            for chunk in _chunks(ids, _IN_CHUNK):
+            for chunk in chunks(ids, IN_CHUNK):
                 for doc_id, content, metadata in conn.execute(
                     f"SELECT id, content, metadata FROM documents WHERE id IN ({','.join('?' * len(chunk))})", chunk
                 ):
@@ -936,226 +930,3 @@ class SQLiteVectorStore:
                 metadata.update(hit.metadata)
                 out.append(owned_document(hit.id, row[0], metadata))
         return out
-
-
-
-
-# ---------------------------------------------------------------------- schema and migration
-
-
-def _create_or_migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Create the schema in a new file, migrate a schema-2 file in place, or refuse another version."""
-    version = None
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        version = row[0] if row else None
-    if version == "2":
-        _migrate_from_2(conn, path)
-        return
-    if version not in (None, _SCHEMA_VERSION):
-        raise BackendUnavailableError(f"unsupported schema version {version}", store=path)
-    conn.executescript(_SCHEMA)
-    for key, value in (("schema_version", _SCHEMA_VERSION), ("generation", "0"), ("next_rowid", "1")):
-        conn.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
-
-
-def _migrate_from_2(conn: sqlite3.Connection, path: str) -> None:
-    """Rewrite a schema-2 store (one postings row per term and document, vectors per row) as blocks and
-    segments, in one transaction: an interruption leaves the schema-2 file as it was."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] != "2":
-            conn.execute("ROLLBACK")  # another process migrated it meanwhile
-            return
-        conn.execute("ALTER TABLE documents RENAME TO documents_v2")
-        conn.execute("ALTER TABLE postings RENAME TO postings_v2")
-        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-            conn.execute(f'DROP TRIGGER "{name}"')
-        conn.execute("DROP INDEX IF EXISTS postings_doc")
-        # executescript would commit the transaction: one complete statement at a time
-        for statement in _statements(_SCHEMA):
-            conn.execute(statement)
-        conn.execute("INSERT INTO documents (rowid, id, content, metadata) SELECT rowid, id, content, metadata FROM documents_v2")
-        dim = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
-        dim = int(dim[0]) if dim else 0
-        cursor = conn.execute("SELECT rowid, n_terms, embedding FROM documents_v2 ORDER BY rowid")
-        while batch := cursor.fetchmany(_BLOCK_ROWS):
-            rows = np.array([r[0] for r in batch], dtype=np.int64)
-            lengths = np.array([r[1] for r in batch], dtype=np.int64)
-            has = np.array([r[2] is not None for r in batch], dtype=bool)
-            vectors = None
-            if dim and has.any():
-                zero = bytes(4 * dim)
-                raw = np.frombuffer(b"".join(r[2] if r[2] is not None else zero for r in batch), dtype=np.float32)
-                raw = raw.reshape(len(batch), dim)
-                norms = np.linalg.norm(raw, axis=1, keepdims=True)
-                vectors = np.divide(raw, norms, out=np.zeros_like(raw), where=norms > 0)
-            conn.execute(
-                "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
-                snapshot.encode_block(rows, lengths, vectors, has),
-            )
-
-        def postings() -> Any:
-            current, docs, tfs = None, [], []
-            for term, doc, tf in conn.execute("SELECT term, doc, tf FROM postings_v2 ORDER BY term, doc"):
-                if term != current:
-                    if current is not None:
-                        yield current, np.array(docs, dtype=np.int64), np.array(tfs, dtype=np.int64)
-                    current, docs, tfs = term, [], []
-                docs.append(doc)
-                tfs.append(tf)
-            if current is not None:
-                yield current, np.array(docs, dtype=np.int64), np.array(tfs, dtype=np.int64)
-
-        lexical.insert_segment(conn, 8, postings())  # one segment, at a level no small write merges into soon
-        top = conn.execute("SELECT max(rowid) FROM documents_v2").fetchone()[0] or 0
-        conn.execute("DROP TABLE postings_v2")
-        conn.execute("DROP TABLE documents_v2")
-        generation = _meta_int(conn, "generation")
-        for key, value in (("schema_version", _SCHEMA_VERSION), ("generation", str(generation + 1)), ("next_rowid", str(top + 1))):
-            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
-def _delete_rows(conn: sqlite3.Connection, rowids: list[int]) -> None:
-    """Delete documents ``rowids``; the ``documents_tombstone`` trigger records each as deleted."""
-    for chunk in _chunks(rowids, _IN_CHUNK):
-        conn.execute(f"DELETE FROM documents WHERE rowid IN ({','.join('?' * len(chunk))})", chunk)
-
-
-def _statements(script: str) -> list[str]:
-    """The complete SQL statements of ``script`` (``sqlite3.complete_statement`` keeps a trigger whole)."""
-    out, pending = [], ""
-    for piece in script.split(";"):
-        pending += piece + ";"
-        if sqlite3.complete_statement(pending):
-            if pending.strip(" \n;"):
-                out.append(pending.strip())
-            pending = ""
-    return out
-
-
-def _vectors_of(snap: Snapshot, keys: np.ndarray) -> np.ndarray:
-    """The L2-normalised vectors of rowids ``keys`` in ``snap`` (zero rows for keys it does not hold)."""
-    at = np.searchsorted(snap.rowids, keys)
-    inside = at < len(snap.rowids)
-    found = np.zeros(len(keys), dtype=bool)
-    found[inside] = snap.rowids[at[inside]] == keys[inside]
-    out = np.zeros((len(keys), snap.matrix.shape[1]), dtype=np.float32)
-    out[found] = snap.matrix[at[found]]
-    return out
-
-
-def _meta_int(conn: sqlite3.Connection, key: str, default: int | None = None) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    if row is None:
-        if default is None:
-            raise BackendError(f"the store's meta table has no {key!r}")
-        return default
-    return int(row[0])
-
-
-def _set_meta(conn: sqlite3.Connection, key: str, value: int) -> None:
-    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
-
-
-# ---------------------------------------------------------------------- reading rows
-
-
-def _id_list(ids: Sequence[str] | None) -> list[str] | None:
-    if ids is None:
-        return None
-    if isinstance(ids, str):
-        raise InvalidParameterError("ids must be a sequence of strings, not one string")
-    return list(ids)
-
-
-def _rowids_of(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
-    """``{id: rowid}`` of the stored documents among ``ids`` (ids bound as parameters: exact, NUL included)."""
-    found: dict[str, int] = {}
-    for chunk in _chunks(ids, _IN_CHUNK):
-        found.update(conn.execute(
-            f"SELECT id, rowid FROM documents WHERE id IN ({','.join('?' * len(chunk))})", chunk
-        ).fetchall())
-    return found
-
-
-def _select_rowids(conn: sqlite3.Connection, columns: str, rowids: list[int]) -> dict[int, tuple]:
-    """``{rowid: (columns...)}`` for the documents ``rowids``."""
-    found: dict[int, tuple] = {}
-    for chunk in _chunks(rowids, _IN_CHUNK):
-        for row in conn.execute(f"SELECT rowid, {columns} FROM documents WHERE rowid IN ({','.join('?' * len(chunk))})", chunk):
-            found[row[0]] = row[1:]
-    return found
-
-
-def _dead_mask(conn: sqlite3.Connection) -> np.ndarray | None:
-    """bool by rowid, True for tombstoned rows; ``None`` when there are none."""
-    dead = np.fromiter((r[0] for r in conn.execute("SELECT rowid FROM tombstones")), dtype=np.int64)
-    if not len(dead):
-        return None
-    mask = np.zeros(_meta_int(conn, "next_rowid"), dtype=bool)
-    mask[dead] = True
-    return mask
-
-
-def _load_column(conn: sqlite3.Connection, key: str, start: int, stop: int) -> Column:
-    """The values of metadata ``key`` for rowids ``start`` to ``stop - 1`` (missing where no document)."""
-    n = stop - start
-    if any(c in key for c in '"\\') or any(ord(c) < 0x20 for c in key):  # no JSON path label can name it
-        values: list[Any] = [MISSING] * n
-        for rowid, metadata in conn.execute(
-            "SELECT rowid, metadata FROM documents WHERE rowid >= ? AND rowid < ?", (start, stop)
-        ):
-            values[rowid - start] = json.loads(metadata).get(key, MISSING)
-        return Column.from_values(values)
-    # "->" gives the value's JSON text: exact where json_extract is not (integers beyond int64, text
-    # holding U+0000)
-    texts: list[str | None] = [None] * n
-    for rowid, text in conn.execute(
-        "SELECT rowid, metadata -> ? FROM documents WHERE rowid >= ? AND rowid < ?", (f'$."{key}"', start, stop)
-    ):
-        texts[rowid - start] = text
-    return Column.from_json(texts)
-
-
-def _ranked_rows(conn: sqlite3.Connection, scores: np.ndarray, rowids: np.ndarray, k: int, *, rows: bool = True) -> list[Document]:
-    """The ``k`` best rows by score, ties broken by id, as documents stamped with score and rank (with
-    ``rows=False``, hits with an empty content and only those stamps: see :mod:`fastrag.deferred`).
-
-    Exact at the cut however many scores tie there: the ids of every row tied at the k-th score are read,
-    so the top ``k`` is always a prefix of the top ``k + n``.
-    """
-    if len(scores) > k:
-        cut = np.partition(scores, len(scores) - k)[len(scores) - k]
-        above = np.flatnonzero(scores > cut)
-        tied = np.flatnonzero(scores == cut)
-        if len(above) + len(tied) > k:  # ties at the cut: the smallest ids among them
-            ids = _select_rowids(conn, "id", rowids[tied].tolist())
-            tied = np.array(sorted(tied.tolist(), key=lambda p: ids[int(rowids[p])][0])[: k - len(above)], dtype=np.int64)
-        top = np.concatenate([above, tied])
-    else:
-        top = np.arange(len(scores))
-    chosen = rowids[top].tolist()
-    if not rows:
-        ids = _select_rowids(conn, "id", chosen)
-        ranked = sorted(((float(s), ids[r][0]) for s, r in zip(scores[top].tolist(), chosen, strict=True)),
-                        key=lambda h: (-h[0], h[1]))  # fmt: skip
-        return [owned_document(doc_id, "", {SCORE: score, RANK: rank}) for rank, (score, doc_id) in enumerate(ranked)]
-    found = _select_rowids(conn, "id, content, metadata", chosen)
-    hits = [(float(s), found[r]) for s, r in zip(scores[top].tolist(), chosen, strict=True)]
-    hits.sort(key=lambda h: (-h[0], h[1][0]))
-    out = []
-    for rank, (score, (doc_id, content, metadata)) in enumerate(hits):
-        stamped = json.loads(metadata)
-        stamped[SCORE], stamped[RANK] = score, rank  # one Document per hit, not a copy of a copy
-        out.append(owned_document(doc_id, content, stamped))  # our own rows, checked when written
-    return out
-
-
-def _chunks(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]

@@ -1,0 +1,157 @@
+"""The SQLite store's schema: the tables, the migration of older files, and the ``meta`` table's counters.
+
+Tables: ``meta`` (schema version, generation, next rowid, dimension, model, analyzer, store id),
+``documents`` (what a search returns), ``blocks`` and ``tombstones``
+(:mod:`fastrag.vector_store.sqlite.snapshot`), ``segments`` and ``postings``
+(:mod:`fastrag.vector_store.sqlite.lexical`). A schema-2 file (one postings row per term and document,
+vectors per document row) is rewritten as schema 3 in one transaction the first time it is opened.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import numpy as np
+
+from fastrag.errors import BackendError, BackendUnavailableError
+from fastrag.vector_store.sqlite import lexical, snapshot
+
+__all__ = [
+    "BLOCK_ROWS", "BUMP_SQL", "GENERATION_SQL", "MAX_ROWID", "SCHEMA", "SCHEMA_VERSION",
+    "create_or_migrate", "meta_int", "set_meta",
+]
+
+SCHEMA_VERSION = "3"
+MAX_ROWID = 2**31 - 1  # rowids are packed as int32 in blocks and postings
+BLOCK_ROWS = 65_536  # rows per block written by a compaction or a migration (a blob stays far below 1 GB)
+
+SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    content TEXT NOT NULL,
+    metadata TEXT NOT NULL
+);
+"""
+    + snapshot.BLOCKS_SCHEMA
+    + """
+CREATE TRIGGER IF NOT EXISTS documents_tombstone AFTER DELETE ON documents BEGIN
+    UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation';
+    INSERT OR REPLACE INTO tombstones
+        SELECT old.rowid, CAST(value AS INTEGER) FROM meta WHERE key = 'generation';
+END;
+"""
+    + lexical.SCHEMA
+)
+GENERATION_SQL = "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'"
+# every write ends by raising the generation once more, so its state has a generation no other state has
+BUMP_SQL = "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
+
+def create_or_migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Create the schema in a new file, migrate a schema-2 file in place, or refuse another version."""
+    version = None
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = row[0] if row else None
+    if version == "2":
+        migrate_from_2(conn, path)
+        return
+    if version not in (None, SCHEMA_VERSION):
+        raise BackendUnavailableError(f"unsupported schema version {version}", store=path)
+    conn.executescript(SCHEMA)
+    for key, value in (("schema_version", SCHEMA_VERSION), ("generation", "0"), ("next_rowid", "1")):
+        conn.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
+
+
+def migrate_from_2(conn: sqlite3.Connection, path: str) -> None:
+    """Rewrite a schema-2 store (one postings row per term and document, vectors per row) as blocks and
+    segments, in one transaction: an interruption leaves the schema-2 file as it was."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] != "2":
+            conn.execute("ROLLBACK")  # another process migrated it meanwhile
+            return
+        conn.execute("ALTER TABLE documents RENAME TO documents_v2")
+        conn.execute("ALTER TABLE postings RENAME TO postings_v2")
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            conn.execute(f'DROP TRIGGER "{name}"')
+        conn.execute("DROP INDEX IF EXISTS postings_doc")
+        # executescript would commit the transaction: one complete statement at a time
+        for statement in statements(SCHEMA):
+            conn.execute(statement)
+        conn.execute("INSERT INTO documents (rowid, id, content, metadata) SELECT rowid, id, content, metadata FROM documents_v2")
+        dim = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+        dim = int(dim[0]) if dim else 0
+        cursor = conn.execute("SELECT rowid, n_terms, embedding FROM documents_v2 ORDER BY rowid")
+        while batch := cursor.fetchmany(BLOCK_ROWS):
+            rows = np.array([r[0] for r in batch], dtype=np.int64)
+            lengths = np.array([r[1] for r in batch], dtype=np.int64)
+            has = np.array([r[2] is not None for r in batch], dtype=bool)
+            vectors = None
+            if dim and has.any():
+                zero = bytes(4 * dim)
+                raw = np.frombuffer(b"".join(r[2] if r[2] is not None else zero for r in batch), dtype=np.float32)
+                raw = raw.reshape(len(batch), dim)
+                norms = np.linalg.norm(raw, axis=1, keepdims=True)
+                vectors = np.divide(raw, norms, out=np.zeros_like(raw), where=norms > 0)
+            conn.execute(
+                "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
+                snapshot.encode_block(rows, lengths, vectors, has),
+            )
+
+        def postings() -> Any:
+            current, docs, tfs = None, [], []
+            for term, doc, tf in conn.execute("SELECT term, doc, tf FROM postings_v2 ORDER BY term, doc"):
+                if term != current:
+                    if current is not None:
+                        yield current, np.array(docs, dtype=np.int64), np.array(tfs, dtype=np.int64)
+                    current, docs, tfs = term, [], []
+                docs.append(doc)
+                tfs.append(tf)
+            if current is not None:
+                yield current, np.array(docs, dtype=np.int64), np.array(tfs, dtype=np.int64)
+
+        lexical.insert_segment(conn, 8, postings())  # one segment, at a level no small write merges into soon
+        top = conn.execute("SELECT max(rowid) FROM documents_v2").fetchone()[0] or 0
+        conn.execute("DROP TABLE postings_v2")
+        conn.execute("DROP TABLE documents_v2")
+        generation = meta_int(conn, "generation")
+        for key, value in (("schema_version", SCHEMA_VERSION), ("generation", str(generation + 1)), ("next_rowid", str(top + 1))):
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+
+
+def statements(script: str) -> list[str]:
+    """The complete SQL statements of ``script`` (``sqlite3.complete_statement`` keeps a trigger whole)."""
+    out, pending = [], ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending.strip())
+            pending = ""
+    return out
+
+
+
+
+def meta_int(conn: sqlite3.Connection, key: str, default: int | None = None) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    if row is None:
+        if default is None:
+            raise BackendError(f"the store's meta table has no {key!r}")
+        return default
+    return int(row[0])
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: int) -> None:
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
