@@ -90,3 +90,44 @@ def test_vector_index_and_ef_search_are_checked(tmp_path: Path) -> None:
         SQLiteVectorStore(tmp_path / "x.db", vector_index="ivf")
     with pytest.raises(InvalidParameterError, match="ef_search"):
         SQLiteVectorStore(tmp_path / "x.db", vector_index="hnsw", ef_search=0)
+
+
+@KINDS
+@pytest.mark.anyio
+async def test_build_vector_index_builds_and_saves_before_any_search(tmp_path: Path, kind: str, monkeypatch) -> None:
+    docs, vectors = corpus(600)
+    async with SQLiteVectorStore(tmp_path / "b.db", vector_index=kind) as store:
+        await store.upsert(docs, embeddings=vectors)
+        assert await store.build_vector_index() == 600
+        assert any(p.endswith(f".{kind}") for p in os.listdir(tmp_path))
+        from fastrag.vector_store.sqlite import ann
+
+        def no_build(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            raise AssertionError("the search should use the index built ahead")
+
+        monkeypatch.setattr(ann.HNSWIndex if kind == "hnsw" else ann.PQFastScanIndex, "build", no_build)
+        assert len(await store.search_vector(vectors[0], k=5)) == 5
+    async with SQLiteVectorStore(tmp_path / "e.db") as exact:
+        assert await exact.build_vector_index() == 0
+
+
+@pytest.mark.anyio
+async def test_a_store_recreated_at_a_path_removes_the_old_stores_index_files(tmp_path: Path) -> None:
+    docs, vectors = corpus(300)
+    async with SQLiteVectorStore(tmp_path / "r.db", vector_index="hnsw") as store:
+        await store.upsert(docs, embeddings=vectors)
+        await store.build_vector_index()
+    neighbour = tmp_path / ("r.db-x.db-" + "0" * 32 + ".hnsw")  # another store's index, whose name starts alike
+    neighbour.write_bytes(b"not ours")
+    old = [p for p in os.listdir(tmp_path) if p.endswith(".hnsw") and not p.startswith("r.db-x")]
+    assert len(old) == 1
+    os.remove(tmp_path / "r.db")
+    async with SQLiteVectorStore(tmp_path / "r.db", vector_index="hnsw"):
+        pass
+    assert not (tmp_path / old[0]).exists() and neighbour.exists()
+
+
+def test_ef_search_applies_to_hnsw_only(tmp_path: Path) -> None:
+    for kind in ("exact", "pq"):
+        with pytest.raises(InvalidParameterError, match="ef_search applies"):
+            SQLiteVectorStore(tmp_path / f"{kind}.db", vector_index=kind, ef_search=64)

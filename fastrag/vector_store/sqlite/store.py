@@ -53,8 +53,10 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import uuid
@@ -183,6 +185,8 @@ class SQLiteVectorStore:
             raise InvalidParameterError(f"vector_index must be one of {_VECTOR_INDEXES}, got {vector_index!r}")
         if ef_search is not None:
             check_positive_int(ef_search, "ef_search")
+            if vector_index != "hnsw":
+                raise InvalidParameterError(f"ef_search applies to vector_index='hnsw' only, not {vector_index!r}")
         self.vector_index = vector_index
         self._ef_search = ef_search
         self._ann: Any = None  # the approximate index, once a dense search needed it
@@ -278,7 +282,15 @@ class SQLiteVectorStore:
         """A random id for this store file, recorded once: files beside it (the ANN index) carry it in
         their name, so a store recreated at the same path never opens another store's index."""
         self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
-        return self._conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
+        store_id = self._conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
+        if not self._private:  # index files of a store that lived at this path before: never opened again
+            folder, name = os.path.split(os.path.abspath(self.path))
+            stale = re.compile(re.escape(name) + r"-[0-9a-f]{32}\.(hnsw|pq)")
+            for entry in os.listdir(folder or "."):
+                if stale.fullmatch(entry) and store_id not in entry:
+                    with contextlib.suppress(OSError):
+                        os.remove(os.path.join(folder, entry))
+        return store_id
 
     def _language_analysis(self) -> bool:
         """Whether documents are analysed in their own language (recorded in the file on first open).
@@ -844,6 +856,36 @@ class SQLiteVectorStore:
         allowed = snap.searchable if node is None else snap.searchable & self._mask(conn, snap, node)[snap.rowids]
         positions = np.flatnonzero(allowed)
         return ranked_rows(conn, scores[positions], snap.rowids[positions], k, rows=rows)
+
+    async def build_vector_index(self) -> int:
+        """Build (or bring up to date) the approximate index now, instead of in the first dense search.
+
+        With ``vector_index="hnsw"`` or ``"pq"`` the index is otherwise built by the first dense search,
+        which then takes as long as the build (``docs/ann.md``: an HNSW graph over a million vectors takes
+        minutes; a PQ index seconds). Call this after a bulk ingest; it also saves the index beside the
+        store file, so other processes open it instead of building their own.
+
+        Returns:
+            How many vectors the index holds (0 for ``vector_index="exact"``, which has none).
+
+        Raises:
+            ConfigurationError: faiss is not installed (``pip install "fastrag[ann]"``).
+            BackendError: SQLite failed.
+        """
+        if self.vector_index == "exact":
+            return 0
+
+        def build(_conn: sqlite3.Connection, snap: Snapshot) -> int:
+            if not len(snap.rowids) or not snap.matrix.shape[1]:
+                return 0
+            index = self._ann_for(snap)
+            if self._ann_unsaved and not self._private:
+                with self._ann_lock:
+                    index.save(f"{self.path}-{self._store_id}.{self.vector_index}")
+                    self._ann_unsaved = 0
+            return len(index)
+
+        return await self._read(build)
 
     def _search_ann(
         self, conn: sqlite3.Connection, snap: Snapshot, query: np.ndarray, k: int, node: Filter | None, rows: bool
