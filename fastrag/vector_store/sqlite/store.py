@@ -918,7 +918,9 @@ class SQLiteVectorStore:
                 chosen = np.flatnonzero(snap.searchable)
                 index = kind.build(snap.matrix[chosen], snap.rowids[chosen])
                 self._ann_unsaved = len(chosen) + 1
-            new = np.flatnonzero(snap.has_vector & (snap.rowids > index.max_key))
+            # rowids ascend by position: only a state holding rows past the index's last key has new ones
+            fresh = len(snap.rowids) and int(snap.rowids[-1]) > index.max_key
+            new = np.flatnonzero(snap.has_vector & (snap.rowids > index.max_key)) if fresh else ()
             if len(new):
                 index.add(snap.matrix[new], snap.rowids[new])
                 self._ann_unsaved += len(new)
