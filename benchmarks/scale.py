@@ -80,6 +80,7 @@ import importlib.metadata
 import inspect
 import gc
 import json
+import re
 import math
 import multiprocessing
 import os
@@ -981,8 +982,9 @@ def charts(results: list[dict], out: Path) -> list[str]:
     ok = [r for r in results if "error" not in r]
     synth = sorted((r for r in ok if r["corpus"] != "scifact"), key=lambda r: r["docs"])
     sci = [r for r in ok if r["corpus"] == "scifact"]
+    kinds = sorted({m.group(1) for r in ok if (m := re.search(r"vector_index='(\w+)'", r.get("ann_status", "")))})
     series = [("fastrag BM25", "bm25_fastrag", "C0", "-", "o"), ("fastrag dense (exact)", "dense_fastrag", "C1", "-", "o"),
-              ("fastrag ANN (hnsw)", "ann_run_ann", "C2", "-", "D"), ("fastrag hybrid", "hybrid_run_hybrid", "C3", "-", "s"),
+              (f"fastrag ANN ({'/'.join(kinds) or 'none'})", "ann_run_ann", "C2", "-", "D"), ("fastrag hybrid", "hybrid_run_hybrid", "C3", "-", "s"),
               ("bm25s", "bm25_bm25s", "C4", "--", "^"), ("tantivy", "bm25_tantivy", "C5", "--", "v"),
               ("numpy m @ q", "dense_numpy", "C6", ":", "^"), ("faiss IndexFlatIP", "dense_faiss", "C7", ":", "v")]
     fig, ax = plt.subplots(figsize=(8, 5.5))
