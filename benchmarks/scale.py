@@ -106,6 +106,7 @@ sys.path.insert(0, str(HERE))
 import corpus as corpora  # noqa: E402
 import embeddings  # noqa: E402
 import speed  # noqa: E402
+from speed import log, rss_mb  # noqa: E402
 from embeddings import STATIC, CachedEmbedder  # noqa: E402
 
 from fastrag.errors import ConfigurationError, InvalidParameterError  # noqa: E402
@@ -123,18 +124,6 @@ PAYLOAD_TABLES = {"documents"}  # b-trees of text, metadata and vectors: not ind
 PEERS = ("bm25s", "tantivy", "numpy", "faiss")
 TRICKLE_DOCS, TRICKLE_PERIOD_S = 10, 0.2
 TRICKLE_BLOCK_S = 2.0  # each time block lasts at least this long (10 commits), and runs at least its queries
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def peak_rss_mb() -> float:

@@ -159,6 +159,15 @@ class _ReadWriteLock:
                 self._cond.notify_all()
 
 
+def _best(keys: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of ``keys`` by ``scores``, best first: int64 keys and float32 scores."""
+    if len(keys) > k:
+        top = np.argpartition(-scores, k - 1)[:k]
+        keys, scores = keys[top], scores[top]
+    order = np.argsort(-scores, kind="stable")
+    return keys[order].astype(np.int64), scores[order].astype(np.float32)
+
+
 def _check_keys(keys: Any) -> np.ndarray:
     """``keys`` as a 1-D int64 array of distinct non-negative values.
 
@@ -506,11 +515,7 @@ class HNSWIndex:
         storage = faiss.downcast_index(self._hnsw.storage)
         vectors = faiss.rev_swig_ptr(storage.get_xb(), self._n_stored * self.dimension)
         scores = vectors.reshape(self._n_stored, self.dimension)[self._position[keys]] @ q
-        if len(keys) > k:
-            top = np.argpartition(-scores, k - 1)[:k]
-            keys, scores = keys[top], scores[top]
-        order = np.argsort(-scores, kind="stable")
-        return keys[order].astype(np.int64), scores[order].astype(np.float32)
+        return _best(keys, scores, k)
 
     # ------------------------------------------------------------------------------------ inspection
 
@@ -917,11 +922,7 @@ class PQFastScanIndex:
                 f"vectors returned shape {rows.shape} for {len(keys)} keys, expected {(len(keys), self.dimension)}"
             )
         scores = rows @ q
-        if len(keys) > k:
-            top = np.argpartition(-scores, k - 1)[:k]
-            keys, scores = keys[top], scores[top]
-        order = np.argsort(-scores, kind="stable")
-        return keys[order].astype(np.int64), scores[order].astype(np.float32)
+        return _best(keys, scores, k)
 
     # ------------------------------------------------------------------------------------ inspection
 
