@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import platform
 import re
@@ -74,12 +73,11 @@ from embeddings import STATIC, CachedEmbedder  # noqa: E402
 
 from fastrag.models import Document  # noqa: E402
 from fastrag.retrieval import BM25Retriever, HybridRetriever, VectorRetriever  # noqa: E402
-from fastrag.vector_store import sqlite as sqlite_store  # noqa: E402
+from fastrag.vector_store.sqlite import lexical  # noqa: E402
 from fastrag.vector_store.sqlite import SQLiteVectorStore  # noqa: E402
 
 # The store's BM25 parameters (Lucene's defaults), read from it so the direct baseline scores identically.
-_BM25_K1 = getattr(sqlite_store, "_BM25_K1", 1.2)
-_BM25_B = getattr(sqlite_store, "_BM25_B", 0.75)
+_BM25_K1, _BM25_B = lexical.BM25_K1, lexical.BM25_B
 
 HERE = Path(__file__).resolve().parent
 K = 10

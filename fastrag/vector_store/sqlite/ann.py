@@ -168,6 +168,18 @@ def _best(keys: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.
     return keys[order].astype(np.int64), scores[order].astype(np.float32)
 
 
+def _removal_keys(keys: Any) -> np.ndarray:
+    """``keys`` to remove as int64 (any integers; those not in an index are ignored by the caller).
+
+    Raises:
+        InvalidParameterError: ``keys`` is not a 1-D integer array.
+    """
+    arr = np.asarray(keys)
+    if arr.ndim != 1 or (len(arr) and not np.issubdtype(arr.dtype, np.integer)):
+        raise InvalidParameterError(f"keys must be a 1-D integer array, got {arr.dtype} {arr.shape}")
+    return arr.astype(np.int64, copy=False)
+
+
 def _check_keys(keys: Any) -> np.ndarray:
     """``keys`` as a 1-D int64 array of distinct non-negative values.
 
@@ -377,10 +389,7 @@ class HNSWIndex:
         Raises:
             InvalidParameterError: ``keys`` is not a 1-D integer array.
         """
-        arr = np.asarray(keys)
-        if arr.ndim != 1 or (len(arr) and not np.issubdtype(arr.dtype, np.integer)):
-            raise InvalidParameterError(f"keys must be a 1-D integer array, got {arr.dtype} {arr.shape}")
-        arr = arr.astype(np.int64, copy=False)
+        arr = _removal_keys(keys)
         with self._lock.writing():
             before = self._n_live
             if len(arr):
@@ -791,7 +800,8 @@ class PQFastScanIndex:
             self._trained_rows = max(0, trained)
 
     def remove(self, keys: np.ndarray) -> int:
-        """Remove these keys, in place: their codes are deleted (faiss compacts the rest, linear in the index).
+        """Tombstone these keys, in place: they are never returned again; their codes stay until a rebuild
+        (:attr:`dead_fraction`; faiss's own removal is not used, see the class docstring).
 
         Args:
             keys: integers; those not in the index are ignored.
@@ -802,10 +812,7 @@ class PQFastScanIndex:
         Raises:
             InvalidParameterError: ``keys`` is not a 1-D integer array.
         """
-        arr = np.asarray(keys)
-        if arr.ndim != 1 or (len(arr) and not np.issubdtype(arr.dtype, np.integer)):
-            raise InvalidParameterError(f"keys must be a 1-D integer array, got {arr.dtype} {arr.shape}")
-        arr = arr.astype(np.int64, copy=False)
+        arr = _removal_keys(keys)
         with self._lock.writing():
             arr = arr[(arr >= 0) & (arr < len(self._covered))]
             arr = np.unique(arr[self._covered[arr]])

@@ -66,7 +66,7 @@ from typing import Any, Final
 import numpy as np
 
 from fastrag.errors import InvalidParameterError
-from fastrag.filters import And, Comparison, Filter, Not, Or, matches, parse_date, parse_filter
+from fastrag.filters import Comparison, Filter, Not, Or, matches, parse_date, parse_filter
 from fastrag.vector_store._metadata import epoch_micros
 
 __all__ = ["MISSING", "Column", "filter_mask"]

@@ -141,7 +141,7 @@ def merge_segments(conn: sqlite3.Connection, segment_ids: Sequence[int], level: 
                 order = np.argsort(docs, kind="stable")
                 docs, tfs = docs[order], tfs[order]
             if dead is not None:
-                gone = dead[docs] if len(dead) > int(docs.max()) else _padded(dead, docs)
+                gone = _padded(dead, docs)
                 docs, tfs = docs[~gone], tfs[~gone]
             yield term, docs, tfs
 

@@ -110,8 +110,6 @@ from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
 
 __all__ = ["SQLiteVectorStore"]
 
-_BM25_K1 = lexical.BM25_K1  # read by benchmarks/speed.py's direct baseline
-_BM25_B = lexical.BM25_B
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLITE_BUSY
 _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
@@ -914,10 +912,13 @@ class SQLiteVectorStore:
             index = self._ann
             if index is None and path is not None and os.path.exists(path):
                 index = kind.load(path)
-            if index is None or index.dimension != snap.matrix.shape[1]:
+            def rebuilt() -> Any:  # from every live row with a vector; unsaved until written
                 chosen = np.flatnonzero(snap.searchable)
-                index = kind.build(snap.matrix[chosen], snap.rowids[chosen])
                 self._ann_unsaved = len(chosen) + 1
+                return kind.build(snap.matrix[chosen], snap.rowids[chosen])
+
+            if index is None or index.dimension != snap.matrix.shape[1]:
+                index = rebuilt()
             # rowids ascend by position: only a state holding rows past the index's last key has new ones
             fresh = len(snap.rowids) and int(snap.rowids[-1]) > index.max_key
             new = np.flatnonzero(snap.has_vector & (snap.rowids > index.max_key)) if fresh else ()
@@ -934,9 +935,7 @@ class SQLiteVectorStore:
                 self._ann_generation = snap.generation
             # a graph mostly of deleted waypoints, or codebooks trained on under half the rows: build again
             if index.dead_fraction > 0.3 or getattr(index, "untrained_fraction", 0.0) > 0.5:
-                chosen = np.flatnonzero(snap.searchable)
-                index = kind.build(snap.matrix[chosen], snap.rowids[chosen])
-                self._ann_unsaved = len(chosen) + 1
+                index = rebuilt()
             self._ann = index
             if path is not None and self._ann_unsaved > _ANN_SAVE_EVERY * len(index):
                 index.save(path)
