@@ -80,7 +80,7 @@ def _settings(overrides: dict[str, Any]) -> Settings:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="fastrag")
+@click.version_option(package_name="fastrag-retrieval")
 def main() -> None:
     """fastrag: index documents and retrieve the ones that answer a question (BM25, k-NN, hybrid)."""
 

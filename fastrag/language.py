@@ -1,7 +1,7 @@
 """Language identification: which language a question or a document is written in.
 
 :class:`LinguaLanguageDetector` implements :class:`~fastrag.protocols.LanguageDetector` with
-`Lingua <https://github.com/pemistahl/lingua-py>`_ (extra ``language``: ``pip install "fastrag[language]"``),
+`Lingua <https://github.com/pemistahl/lingua-py>`_ (extra ``language``: ``pip install "fastrag-retrieval[language]"``),
 whose language models ship inside its wheel, so it works offline. Restrict it to the languages your corpus
 holds: fewer candidates are faster, need less memory (about 150 MB for five languages in high-accuracy
 mode, 1.3 GB for all 75) and confuse less.
@@ -28,7 +28,7 @@ from fastrag.errors import ConfigurationError, InvalidParameterError
 
 __all__ = ["ISO_639_1", "LinguaLanguageDetector", "primary_language"]
 
-INSTALL_HINT = 'pip install "fastrag[language]"'
+INSTALL_HINT = 'pip install "fastrag-retrieval[language]"'
 
 ISO_639_1: frozenset[str] = frozenset(
     """aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv

@@ -85,7 +85,7 @@ def test_speed_smoke(tmp_path: Path) -> None:
 
 
 def test_speed_backends_smoke(tmp_path: Path) -> None:
-    pytest.importorskip("qdrant_client", reason='needs qdrant-client: pip install "fastrag[qdrant]"')
+    pytest.importorskip("qdrant_client", reason='needs qdrant-client: pip install "fastrag-retrieval[qdrant]"')
     text = _run("speed_backends.py", tmp_path / "speed-backends.md", "--backends", "qdrant")
     rows = _table_rows(text, "| backend | store |")
     assert [r[0] for r in rows] == ["qdrant"]
@@ -121,7 +121,7 @@ def test_speed_backends_table_reports_a_failed_throughput_level(monkeypatch) -> 
 
 
 def test_coldstart_smoke(tmp_path: Path) -> None:
-    pytest.importorskip("bm25s", reason='needs bm25s: pip install "fastrag[bench]"')
+    pytest.importorskip("bm25s", reason='needs bm25s: pip install "fastrag-retrieval[bench]"')
     text = _run("coldstart.py", tmp_path / "coldstart.md")
     rows = _table_rows(text, "| corpus | chunks |")
     assert [r[0] for r in rows] == ["docs"]

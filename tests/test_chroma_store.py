@@ -633,7 +633,7 @@ def test_missing_chromadb_is_a_configuration_error_with_the_install_command() ->
         "try:\n    ChromaVectorStore()\nexcept ConfigurationError as exc:\n    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60)
-    assert 'pip install "fastrag[chroma]"' in out.stdout
+    assert 'pip install "fastrag-retrieval[chroma]"' in out.stdout
 
 
 @pytest.mark.anyio

@@ -22,7 +22,7 @@ WORDS = "the a of cat cats dog dogs sat on mat solar panels sunlight energy bm25
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    reason = "the cross-encoder extra is not installed: pip install torch==2.13.0 'fastrag[cross-encoder]'"
+    reason = "the cross-encoder extra is not installed: pip install torch==2.13.0 'fastrag-retrieval[cross-encoder]'"
     torch = pytest.importorskip("torch", reason=reason)
     pytest.importorskip("sentence_transformers", reason=reason)
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast

@@ -739,7 +739,7 @@ def test_constructor_validation():
 
 def test_missing_sdk_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pymilvus", None)
-    with pytest.raises(ConfigurationError, match=r'pip install "fastrag\[milvus\]"'):
+    with pytest.raises(ConfigurationError, match=r'pip install "fastrag-retrieval\[milvus\]"'):
         MilvusVectorStore("./x.db")
 
 

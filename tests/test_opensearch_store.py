@@ -48,7 +48,7 @@ from fastrag.models import Document
 from fastrag.testing.filter_cases import FILTER_CASES, FILTER_CORPUS
 from fastrag.testing.store_contract import StoreContract
 
-MISSING = 'is not installed: pip install "fastrag[opensearch]"'
+MISSING = 'is not installed: pip install "fastrag-retrieval[opensearch]"'
 opensearchpy = pytest.importorskip("opensearchpy", reason=f"opensearch-py {MISSING}")
 pytest.importorskip("aiohttp", reason=f"aiohttp (the async client of opensearch-py) {MISSING}")
 
@@ -766,5 +766,5 @@ def test_missing_sdk_names_the_extra(blocked: str) -> None:
         )
     )
     assert result.returncode == 0, result.stderr
-    assert 'pip install "fastrag[opensearch]"' in result.stdout
+    assert 'pip install "fastrag-retrieval[opensearch]"' in result.stdout
 

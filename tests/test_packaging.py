@@ -88,7 +88,7 @@ def test_a_broken_model2vec_is_reported_with_the_install_command() -> None:
     )
     result = run_python(code)
     assert result.returncode == 0, result.stderr
-    assert 'pip install "fastrag[model2vec]"' in result.stdout
+    assert 'pip install "fastrag-retrieval[model2vec]"' in result.stdout
 
 
 def test_a_missing_model2vec_is_reported_with_the_install_command() -> None:
@@ -110,7 +110,7 @@ def test_a_missing_model2vec_is_reported_with_the_install_command() -> None:
     )
     result = run_python(code)
     assert result.returncode == 0, result.stderr
-    assert 'pip install "fastrag[model2vec]"' in result.stdout
+    assert 'pip install "fastrag-retrieval[model2vec]"' in result.stdout
 
 
 def test_keyword_search_from_the_cli_works_without_model2vec(tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_version_is_the_same_everywhere() -> None:
     import fastrag
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert fastrag.__version__ == pyproject["project"]["version"] == version("fastrag")
+    assert fastrag.__version__ == pyproject["project"]["version"] == version("fastrag-retrieval")
     result = subprocess.run([sys.executable, "-m", "fastrag.cli", "--version"], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0
@@ -164,11 +164,11 @@ def test_version_is_the_same_everywhere() -> None:
 
 
 def _self_extras(deps: list[str]) -> set[str]:
-    """The extras of fastrag itself that a list of requirements pulls in: "fastrag[a,b]" -> {"a", "b"}."""
+    """The extras of fastrag itself that a list of requirements pulls in: "fastrag-retrieval[a,b]" -> {"a", "b"}."""
     found: set[str] = set()
     for dep in deps:
-        if dep.startswith("fastrag["):
-            found.update(name.strip() for name in dep[len("fastrag["):dep.index("]")].split(","))
+        if dep.startswith("fastrag-retrieval["):
+            found.update(name.strip() for name in dep[len("fastrag-retrieval["):dep.index("]")].split(","))
     return found
 
 

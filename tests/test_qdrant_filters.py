@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (fastrag[qdrant])")
+qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (fastrag-retrieval[qdrant])")
 
 from qdrant_client import models as m  # noqa: E402
 

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (fastrag[qdrant])")
+qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (fastrag-retrieval[qdrant])")
 
 from qdrant_client import AsyncQdrantClient, QdrantClient  # noqa: E402
 from qdrant_client import models as m  # noqa: E402
@@ -136,9 +136,9 @@ def test_missing_sdk_raises_configuration_error_with_install_command(monkeypatch
 
     for name in [n for n in sys.modules if n == "qdrant_client" or n.startswith("qdrant_client.")]:
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(ConfigurationError, match=r'pip install "fastrag\[qdrant\]"'):
+    with pytest.raises(ConfigurationError, match=r'pip install "fastrag-retrieval\[qdrant\]"'):
         QdrantVectorStore(location=":memory:")
-    with pytest.raises(ConfigurationError, match=r'pip install "fastrag\[qdrant\]"'):
+    with pytest.raises(ConfigurationError, match=r'pip install "fastrag-retrieval\[qdrant\]"'):
         translate_filter({"equals": {"key": "a", "value": 1}})
 
 

@@ -293,7 +293,7 @@ def test_a_missing_extra_is_reported_with_the_install_command(blocked: str, code
     body = textwrap.indent(code, "    ") + "\nexcept ConfigurationError as exc:\n    print(exc)\n"
     result = subprocess.run([sys.executable, "-c", prelude + body], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert f'pip install "fastrag[{extra}]"' in result.stdout
+    assert f'pip install "fastrag-retrieval[{extra}]"' in result.stdout
 
 
 # ------------------------------------------------------------------------------------ fastrag eval --rerank

@@ -26,7 +26,7 @@ from fastrag.errors import (
 from fastrag.vector_store.sqlite.ann import HNSWIndex, PQFastScanIndex
 
 needs_faiss = pytest.mark.skipif(
-    importlib.util.find_spec("faiss") is None, reason='faiss is not installed: pip install "fastrag[ann]"'
+    importlib.util.find_spec("faiss") is None, reason='faiss is not installed: pip install "fastrag-retrieval[ann]"'
 )
 
 N, DIM, K = 5_000, 64, 10
@@ -63,7 +63,7 @@ def corpus() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @pytest.fixture(scope="module")
 def index(corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> HNSWIndex:
     if importlib.util.find_spec("faiss") is None:
-        pytest.skip('faiss is not installed: pip install "fastrag[ann]"')
+        pytest.skip('faiss is not installed: pip install "fastrag-retrieval[ann]"')
     matrix, keys, _ = corpus
     return HNSWIndex.build(matrix, keys)
 
@@ -302,7 +302,7 @@ def test_empty_index(tmp_path: Path) -> None:
 
 def test_missing_faiss_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss now raises ImportError
-    with pytest.raises(ConfigurationError, match=r'pip install "fastrag\[ann\]"'):
+    with pytest.raises(ConfigurationError, match=r'pip install "fastrag-retrieval\[ann\]"'):
         HNSWIndex.build(unit_rows(0, 3, dim=8), np.arange(3))
 
 
@@ -327,7 +327,7 @@ def gather(matrix: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
 @pytest.fixture(scope="module")
 def pq_index(pq_corpus: tuple[np.ndarray, np.ndarray, np.ndarray]) -> PQFastScanIndex:
     if importlib.util.find_spec("faiss") is None:
-        pytest.skip('faiss is not installed: pip install "fastrag[ann]"')
+        pytest.skip('faiss is not installed: pip install "fastrag-retrieval[ann]"')
     matrix, keys, _ = pq_corpus
     return PQFastScanIndex.build(matrix, keys)
 

@@ -14,7 +14,7 @@ from fastrag.errors import InvalidParameterError
 from fastrag.testing.store_contract import StoreContract
 from fastrag.vector_store.sqlite import SQLiteVectorStore
 
-pytest.importorskip("faiss", reason="the HNSW index needs faiss (pip install 'fastrag[ann]')")
+pytest.importorskip("faiss", reason="the HNSW index needs faiss (pip install 'fastrag-retrieval[ann]')")
 
 
 class TestSQLiteHNSWStore(StoreContract):

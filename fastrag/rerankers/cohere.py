@@ -1,6 +1,6 @@
 """Cohere's rerank API (``POST /v2/rerank``) through the ``cohere`` SDK's ``AsyncClientV2``.
 
-Install with ``pip install "fastrag[cohere]"``; the SDK is imported only when a reranker is built.
+Install with ``pip install "fastrag-retrieval[cohere]"``; the SDK is imported only when a reranker is built.
 
 ::
 
@@ -51,7 +51,7 @@ from fastrag.retry import RetryPolicy, retry_after_seconds
 
 __all__ = ["API_KEY_ENV", "COHERE_MAX_DOCUMENTS", "CohereReranker"]
 
-INSTALL_HINT = 'pip install "fastrag[cohere]"'
+INSTALL_HINT = 'pip install "fastrag-retrieval[cohere]"'
 
 COHERE_MAX_DOCUMENTS = 1_000
 """Cohere's limit on documents per rerank request (API reference, ``POST /v2/rerank``)."""

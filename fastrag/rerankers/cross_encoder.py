@@ -2,7 +2,7 @@
 
 A cross-encoder reads the question and one candidate together and outputs a relevance score; it is
 slower than a bi-encoder but usually the stronger reranker (Nogueira & Cho, *Passage Re-ranking with
-BERT*, 2019). Install with ``pip install "fastrag[cross-encoder]"`` (sentence-transformers and torch).
+BERT*, 2019). Install with ``pip install "fastrag-retrieval[cross-encoder]"`` (sentence-transformers and torch).
 
 It never downloads: the model is read from a folder on disk (one saved with ``CrossEncoder.save`` or
 ``save_pretrained``, or a Hugging Face snapshot), with ``local_files_only=True`` and
@@ -30,7 +30,7 @@ from fastrag.rerankers._ranking import check_rerank_args, ranked_by_scores, text
 
 __all__ = ["CrossEncoderReranker"]
 
-INSTALL_HINT = 'pip install "fastrag[cross-encoder]"'
+INSTALL_HINT = 'pip install "fastrag-retrieval[cross-encoder]"'
 
 
 class CrossEncoderReranker:

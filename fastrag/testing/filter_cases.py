@@ -537,12 +537,12 @@ def filter_strategy(corpus: Iterable[Document], *, max_depth: int = 3) -> Search
         A strategy of ``dict`` filters that :func:`fastrag.filters.parse_filter` accepts.
 
     Raises:
-        ImportError: ``hypothesis`` is not installed (``pip install "fastrag[test]"``).
+        ImportError: ``hypothesis`` is not installed (``pip install "fastrag-retrieval[test]"``).
     """
     try:
         from hypothesis import strategies as st
     except ImportError as exc:  # pragma: no cover - hypothesis ships with the test extra
-        raise ImportError('filter_strategy needs hypothesis: pip install "fastrag[test]"') from exc
+        raise ImportError('filter_strategy needs hypothesis: pip install "fastrag-retrieval[test]"') from exc
 
     pools: dict[str, _Pool] = {MISSING_KEY: _Pool()}  # top-level values under each key
     elements: dict[str, _Pool] = {MISSING_KEY: _Pool()}  # elements of list values under each key

@@ -114,7 +114,7 @@ _COLLECTION_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9._-]{1,510})[a-zA-Z0-9]
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _FLIPPED = {"$gt": "$lte", "$gte": "$lt", "$lt": "$gte", "$lte": "$gt"}
 _RANGE = {"greaterThan": "$gt", "greaterThanOrEquals": "$gte", "lessThan": "$lt", "lessThanOrEquals": "$lte"}
-_INSTALL_HINT = 'ChromaVectorStore needs chromadb: pip install "fastrag[chroma]"'
+_INSTALL_HINT = 'ChromaVectorStore needs chromadb: pip install "fastrag-retrieval[chroma]"'
 
 Where = dict[str, Any] | bool
 """A translated (sub)filter: a Chroma ``where`` mapping, or a constant (``True`` matches all, ``False`` none)."""

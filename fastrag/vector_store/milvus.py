@@ -113,7 +113,7 @@ __all__ = [
     "translate_filter",
 ]
 
-_INSTALL_HINT = 'pip install "fastrag[milvus]"'
+_INSTALL_HINT = 'pip install "fastrag-retrieval[milvus]"'
 
 ID_FIELD = "id"
 CONTENT_FIELD = "content"
@@ -570,7 +570,7 @@ class MilvusVectorStore:
     Raises:
         InvalidParameterError: a bad ``collection``, ``dimension`` or ``timeout``, or neither ``url`` nor
             ``client``.
-        ConfigurationError: ``pymilvus`` is not installed (``pip install "fastrag[milvus]"``).
+        ConfigurationError: ``pymilvus`` is not installed (``pip install "fastrag-retrieval[milvus]"``).
 
     Opening (``async with``, or the first call) raises :class:`BackendUnavailableError` when the server
     cannot be reached or the lite folder is locked by another process, and :class:`ConfigurationError` when

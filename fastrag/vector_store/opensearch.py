@@ -1,5 +1,5 @@
 """OpenSearch: k-NN (:class:`~fastrag.protocols.VectorStore`) and BM25 (:class:`~fastrag.protocols.LexicalStore`)
-in one index, through the async ``opensearch-py`` client (``pip install "fastrag[opensearch]"``).
+in one index, through the async ``opensearch-py`` client (``pip install "fastrag-retrieval[opensearch]"``).
 
 Design (the docs page ``docs/backends/opensearch.md`` has the full tables):
 
@@ -105,7 +105,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 """Recorded in the index mapping's ``_meta.fastrag.schema``; an index with another value is refused."""
 
-INSTALL_HINT = 'pip install "fastrag[opensearch]"'
+INSTALL_HINT = 'pip install "fastrag-retrieval[opensearch]"'
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_KEYWORD_BYTES = 32766

@@ -4,7 +4,7 @@
 and with ``enable_bm25=True`` also :class:`~fastrag.protocols.LexicalStore`, over a Qdrant server
 (``url=``, through ``AsyncQdrantClient``) or qdrant-client's local mode (``location=":memory:"`` or
 ``path=``). ``QdrantHybridRetriever`` runs the dense and BM25 legs and their fusion (RRF or DBSF) inside
-Qdrant, in one Query API request, with the filter on every leg. Install with ``pip install "fastrag[qdrant]"``;
+Qdrant, in one Query API request, with the filter on every leg. Install with ``pip install "fastrag-retrieval[qdrant]"``;
 the SDK is imported only when a store is built or a filter translated. The docs page is
 ``docs/backends/qdrant.md``.
 
@@ -95,7 +95,7 @@ __all__ = [
     "translate_filter",
 ]
 
-INSTALL_HINT = 'pip install "fastrag[qdrant]"'
+INSTALL_HINT = 'pip install "fastrag-retrieval[qdrant]"'
 DEFAULT_COLLECTION = "fastrag"
 """The collection a store uses when none is named."""
 POINT_ID_NAMESPACE = uuid.UUID("f67e5ed0-a646-5da1-a0fb-6e1f5a2ec09c")

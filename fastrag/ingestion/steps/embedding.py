@@ -1,7 +1,7 @@
 """Dense embedders for ingestion and querying.
 
 :class:`Model2VecEmbedder` runs a `Model2Vec <https://github.com/MinishLab/model2vec>`_ static model
-locally (needs the ``model2vec`` extra: ``pip install "fastrag[model2vec]"``). By default it loads the
+locally (needs the ``model2vec`` extra: ``pip install "fastrag-retrieval[model2vec]"``). By default it loads the
 model folder shipped inside fastrag, ``fastrag/data/static-minilm-d256`` (256 dimensions, distilled from
 all-MiniLM-L6-v2; provenance, licence and measured quality in that folder's ``README.md``), so it works
 offline with no download.
@@ -38,7 +38,7 @@ __all__ = ["DEFAULT_MODEL", "Model2VecEmbedder", "l2_normalize"]
 DEFAULT_MODEL: Path = Path(__file__).resolve().parents[2] / "data" / "static-minilm-d256"
 """The Model2Vec model folder shipped with fastrag: 256 dimensions, offline, Apache-2.0."""
 
-_INSTALL_HINT = 'Model2VecEmbedder needs the model2vec package: pip install "fastrag[model2vec]"'
+_INSTALL_HINT = 'Model2VecEmbedder needs the model2vec package: pip install "fastrag-retrieval[model2vec]"'
 # A Hugging Face Hub id: "name" or "owner/name", made of letters, digits, "-", "_" and ".".
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 

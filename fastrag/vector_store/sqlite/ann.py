@@ -9,7 +9,7 @@ the store's own float vectors; its class docstring and ``docs/ann.md`` say when 
 
 :class:`HNSWIndex` wraps `faiss <https://github.com/facebookresearch/faiss>`_'s ``IndexHNSWFlat`` (inner
 product over L2-normalised float32 rows, so scores are cosine similarities) inside an ``IndexIDMap`` that
-keys each vector by the store's int64 rowid. It needs the ``ann`` extra: ``pip install "fastrag[ann]"``;
+keys each vector by the store's int64 rowid. It needs the ``ann`` extra: ``pip install "fastrag-retrieval[ann]"``;
 faiss is imported on first use, never by ``import fastrag``.
 
 Algorithm: Hierarchical Navigable Small World graphs (Yu. A. Malkov and D. A. Yashunin, "Efficient and
@@ -101,7 +101,7 @@ DEFAULT_EXACT_ROWS_PER_CANDIDATE = 32.0
 """A search scores the allowed rows exactly when they number at most this many times the walk's candidate
 list: one exact row costs about 50 ns, one step of the walk 1.5-3 us (measured, 2 cores)."""
 
-_INSTALL_HINT = 'the SQLite store\'s ANN index needs faiss: pip install "fastrag[ann]"'
+_INSTALL_HINT = 'the SQLite store\'s ANN index needs faiss: pip install "fastrag-retrieval[ann]"'
 _WHAT = "ANN index"
 
 
@@ -260,7 +260,7 @@ class HNSWIndex:
             The new index.
 
         Raises:
-            ConfigurationError: faiss is not installed (``pip install "fastrag[ann]"``).
+            ConfigurationError: faiss is not installed (``pip install "fastrag-retrieval[ann]"``).
             DimensionMismatchError: ``matrix`` is not ``(len(keys), dim)`` with ``dim > 0``.
             InvalidParameterError: a NaN or infinite value; bad keys; a parameter out of range.
         """
@@ -684,7 +684,7 @@ class PQFastScanIndex:
             The new index.
 
         Raises:
-            ConfigurationError: faiss is not installed (``pip install "fastrag[ann]"``).
+            ConfigurationError: faiss is not installed (``pip install "fastrag-retrieval[ann]"``).
             DimensionMismatchError: ``matrix`` is not ``(len(keys), dim)`` with ``dim > 0``.
             InvalidParameterError: a NaN or infinite value; bad keys; a parameter out of range.
         """

@@ -139,7 +139,7 @@ class SQLiteVectorStore:
             embeddings. ``"pq"``: a 4-bit product-quantisation fast scan whose best 256 candidates are
             re-scored exactly (:class:`~fastrag.vector_store.sqlite.ann.PQFastScanIndex`): still a scan, but
             of 64-byte codes; it is what reaches recall@10 0.96 at a twentieth of the exact time on a
-            million unstructured vectors. Both need faiss (``pip install "fastrag[ann]"``), are built on the
+            million unstructured vectors. Both need faiss (``pip install "fastrag-retrieval[ann]"``), are built on the
             first dense search, extended by each later search with the vectors written since, and saved
             beside the store file (``<path>-<store id>.hnsw`` / ``.pq``) so the next process opens them
             instead of building them. Recall and speed by corpus: ``docs/ann.md``. Filtered searches stay
@@ -867,7 +867,7 @@ class SQLiteVectorStore:
             How many vectors the index holds (0 for ``vector_index="exact"``, which has none).
 
         Raises:
-            ConfigurationError: faiss is not installed (``pip install "fastrag[ann]"``).
+            ConfigurationError: faiss is not installed (``pip install "fastrag-retrieval[ann]"``).
             BackendError: SQLite failed.
         """
         if self.vector_index == "exact":
