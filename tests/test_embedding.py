@@ -172,3 +172,31 @@ async def test_hashing_embedder_is_deterministic_and_normalised() -> None:
         np.testing.assert_array_equal(vectors[0], again[0])
         query = await fake.embed_query("apples")
         assert float(query @ vectors[1]) > float(query @ vectors[3])
+
+
+# ------------------------------------------------------------------------------- the shared contract
+
+from fastrag.testing.embedder_contract import EmbedderContract, ModelCalls
+
+
+class TestModel2VecContract(EmbedderContract):
+    """Model2VecEmbedder passes the contract every embedder passes (fastrag.testing.embedder_contract)."""
+
+    @pytest.fixture
+    def calls(self, monkeypatch: pytest.MonkeyPatch) -> ModelCalls:
+        holder: dict[str, ModelCalls] = {}
+        original = Model2VecEmbedder._load_sync
+
+        def load_and_wrap(self: Model2VecEmbedder) -> None:
+            original(self)
+            if "calls" in holder and not getattr(self._model, "_wrapped", False):
+                ModelCalls.wrap(self._model, "encode", where=self.name, calls=holder["calls"])
+                self._model._wrapped = True
+
+        holder["calls"] = ModelCalls(where=DEFAULT_MODEL.name)
+        monkeypatch.setattr(Model2VecEmbedder, "_load_sync", load_and_wrap)
+        return holder["calls"]
+
+    @pytest.fixture
+    def make_embedder(self):
+        return lambda **options: Model2VecEmbedder(**options)

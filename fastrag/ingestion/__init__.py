@@ -31,10 +31,19 @@ if TYPE_CHECKING:  # pragma: no cover
         parse_text,
     )
     from fastrag.ingestion.pipeline import CHUNKER, HEADINGS, IngestionFailure, IngestionPipeline, IngestionReport
+    from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
+    from fastrag.ingestion.steps.cohere import CohereEmbedder
     from fastrag.ingestion.steps.embedding import DEFAULT_MODEL, Model2VecEmbedder, l2_normalize
+    from fastrag.ingestion.steps.openai_compatible import OpenAICompatibleEmbedder
+    from fastrag.ingestion.steps.sentence_transformer import SentenceTransformerEmbedder
 
 _EXPORTS: dict[str, str] = {
     "BEIR_CORPUS_NAME": "fastrag.ingestion.parsers",
+    "CachedEmbedder": "fastrag.ingestion.steps.cache",
+    "CohereEmbedder": "fastrag.ingestion.steps.cohere",
+    "EmbeddingCache": "fastrag.ingestion.steps.cache",
+    "OpenAICompatibleEmbedder": "fastrag.ingestion.steps.openai_compatible",
+    "SentenceTransformerEmbedder": "fastrag.ingestion.steps.sentence_transformer",
     "CHUNKER": "fastrag.ingestion.pipeline",
     "DEFAULT_MODEL": "fastrag.ingestion.steps.embedding",
     "HEADINGS": "fastrag.ingestion.pipeline",
@@ -61,15 +70,20 @@ __all__ = [
     "CHUNKER",
     "DEFAULT_MODEL",
     "HEADINGS",
+    "CachedEmbedder",
     "Chunk",
     "Chunker",
+    "CohereEmbedder",
+    "EmbeddingCache",
     "FileKind",
     "IngestionFailure",
     "IngestionPipeline",
     "IngestionReport",
     "Model2VecEmbedder",
+    "OpenAICompatibleEmbedder",
     "ParsedDocument",
     "Section",
+    "SentenceTransformerEmbedder",
     "file_kind",
     "l2_normalize",
     "parse",

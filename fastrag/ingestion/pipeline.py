@@ -39,6 +39,7 @@ from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
 from fastrag.ingestion.chunking import Chunker
 from fastrag.ingestion.parsers import FileKind, ParsedDocument, file_kind, parse
+from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
 from fastrag.models import CHUNK_INDEX, CONTENT_HASH, HEADINGS, PARENT_ID, SOURCE_URI, TITLE, Document
 from fastrag.protocols import Embedder, LexicalStore, SupportsGet, VectorStore
 from fastrag.retrieval.sections import SECTION_END, SECTION_INDEX, SECTION_START, SectionIndex
@@ -184,6 +185,10 @@ class IngestionPipeline:
             run parses (changed or not; files that fail to parse are left as they were), with the file's
             ``content_hash``, and forgets the files ``prune=True`` deletes. It stays the caller's (never
             closed here).
+        embedding_cache: an :class:`~fastrag.ingestion.EmbeddingCache`: chunk texts embedded before with
+            the same embedder (same model and options) are read from it instead of being embedded again,
+            and new vectors are added to it. So a changed file costs only its changed chunks, and
+            re-indexing into a new store costs nothing. It stays the caller's (never closed here).
 
     Raises:
         InvalidParameterError: ``batch_size`` is not positive.
@@ -199,10 +204,11 @@ class IngestionPipeline:
         batch_size: int = 64,
         show_progress: bool | None = None,
         sections: SectionIndex | None = None,
+        embedding_cache: EmbeddingCache | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self._embedder = embedder
+        self._embedder: Embedder = embedder if embedding_cache is None else CachedEmbedder(embedder, embedding_cache)
         self._vector_store = vector_store
         self._lexical_store = None if lexical_store is vector_store else lexical_store
         self._chunker = chunker or Chunker()

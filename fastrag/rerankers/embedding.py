@@ -40,7 +40,9 @@ class EmbedderReranker:
     name = "embedder"
 
     def __init__(self, embedder: Embedder, *, include_title: bool = True) -> None:
-        if not isinstance(embedder, Embedder):
+        # the methods only: isinstance(embedder, Embedder) would read `dimension`, which loads a local model
+        # or is not known before a remote one's first answer
+        if not all(callable(getattr(embedder, m, None)) for m in ("embed_query", "embed_documents")):
             raise InvalidParameterError(f"embedder must be an Embedder (embed_query, embed_documents), got {embedder!r}")
         self.embedder = embedder
         self.include_title = include_title

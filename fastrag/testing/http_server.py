@@ -13,11 +13,16 @@ status codes, ``Retry-After``, timeouts and refused connections all behave as on
 
 Each POST is recorded (path, lower-cased headers, JSON body) and answered by the script: the n-th request by
 ``script[n]``, the last step repeating. A step is a function from the request body to a :class:`Reply`.
-:func:`chat_completion` builds the answer of an OpenAI-compatible ``POST /v1/chat/completions``.
+:func:`chat_completion` builds the answer of an OpenAI-compatible ``POST /v1/chat/completions``;
+:func:`openai_embeddings` and :func:`cohere_embeddings` answer ``POST /v1/embeddings`` and Cohere's
+``POST /v2/embed`` with vectors of :func:`fake_vector` (a deterministic stand-in for a model). The server
+counts the requests it is answering at once (:attr:`ScriptedHTTPServer.max_in_flight`), so a client's
+concurrency bound can be checked on the wire.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -27,7 +32,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["Recorded", "Reply", "ScriptedHTTPServer", "Step", "chat_completion"]
+import numpy as np
+
+__all__ = [
+    "Recorded",
+    "Reply",
+    "ScriptedHTTPServer",
+    "Step",
+    "chat_completion",
+    "cohere_embeddings",
+    "fake_vector",
+    "openai_embeddings",
+]
 
 
 @dataclass
@@ -79,6 +95,56 @@ def chat_completion(text: str, *, model: str = "served-model", finish_reason: st
     })
 
 
+def fake_vector(text: str, dimension: int) -> list[float]:
+    """A deterministic vector for ``text``: ``dimension`` floats drawn from a normal distribution seeded by the
+    SHA-256 of the text, scaled by 3 (not unit length, so a client's normalisation shows). Equal texts give
+    equal vectors; different texts give unrelated ones."""
+    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:8], "big")
+    return (3.0 * np.random.default_rng(seed).standard_normal(dimension)).astype(np.float32).tolist()
+
+
+def openai_embeddings(body: dict[str, Any], *, dimension: int = 8, model: str | None = None) -> Reply:
+    """The reply of an OpenAI-compatible ``POST /v1/embeddings`` to ``body``, one :func:`fake_vector` per input.
+
+    The shape follows OpenAI's API reference: ``{"object": "list", "data": [{"object": "embedding",
+    "index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}``. A ``dimensions`` field
+    in the request sets the width (as OpenAI's text-embedding-3 models do); the items are listed in reverse
+    order, which the API allows (clients must place them by ``index``). A missing or empty ``input``, or an
+    empty string in it, is answered with OpenAI's 400 error body.
+    """
+    inputs = body.get("input")
+    inputs = [inputs] if isinstance(inputs, str) else inputs
+    if not isinstance(inputs, list) or not inputs or any(not isinstance(t, str) or not t for t in inputs):
+        return Reply(400, {"error": {"message": "'$.input' is invalid.", "type": "invalid_request_error",
+                                     "param": None, "code": None}})
+    width = body.get("dimensions", dimension)
+    data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, width)} for i, t in enumerate(inputs)]
+    tokens = sum(len(t.split()) for t in inputs)
+    return Reply(200, {"object": "list", "data": data[::-1], "model": model or body.get("model", "served-model"),
+                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+
+def cohere_embeddings(body: dict[str, Any], *, dimension: int = 8) -> Reply:
+    """The reply of Cohere's ``POST /v2/embed`` to ``body``, one :func:`fake_vector` per text.
+
+    The shape follows Cohere's API reference (v2): ``{"id", "embeddings": {"float": [[...]]}, "texts",
+    "meta": {"api_version", "billed_units": {"input_tokens"}}, "response_type": "embeddings_by_type"}``.
+    ``output_dimension`` in the request sets the width. A request without ``input_type`` or ``texts`` is
+    answered with Cohere's 400 error body (``{"message": ...}``).
+    """
+    texts = body.get("texts")
+    if not isinstance(texts, list) or not texts or not body.get("input_type"):
+        return Reply(400, {"message": "invalid request: texts and input_type are required"})
+    width = body.get("output_dimension") or dimension
+    return Reply(200, {
+        "id": "embed-1",
+        "embeddings": {"float": [fake_vector(t, width) for t in texts]},
+        "texts": texts,
+        "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": sum(len(t.split()) for t in texts)}},
+        "response_type": "embeddings_by_type",
+    })
+
+
 class ScriptedHTTPServer:
     """A JSON HTTP server on an ephemeral port of 127.0.0.1 that answers POSTs from a script.
 
@@ -95,19 +161,29 @@ class ScriptedHTTPServer:
             raise ValueError("script must have at least one step")
         self.requests: list[Recorded] = []
         self.script: list[Step] = list(script)
+        self.in_flight = 0
+        """Requests being answered now."""
+        self.max_in_flight = 0
+        """The most requests answered at once since the server started (reset it by assigning 0)."""
         self._lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with outer._lock:
                     outer.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                     step = outer.script[min(len(outer.requests) - 1, len(outer.script) - 1)]
-                reply = step(body)
-                if reply.delay:
-                    time.sleep(reply.delay)
+                    outer.in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                try:
+                    reply = step(body)
+                    if reply.delay:
+                        time.sleep(reply.delay)
+                finally:
+                    with outer._lock:
+                        outer.in_flight -= 1
                 payload = reply.raw if reply.raw is not None else json.dumps(reply.body if reply.body is not None else {}).encode()
                 try:
                     self.send_response(reply.status)

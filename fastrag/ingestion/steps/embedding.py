@@ -84,6 +84,8 @@ class Model2VecEmbedder:
             id is looked up in the local Hugging Face cache first and downloaded only when missing there.
             A :class:`~pathlib.Path` is never looked up on the hub. Defaults to :data:`DEFAULT_MODEL`.
         batch_size: texts encoded per call to the model; bounds peak memory. Must be positive.
+        max_concurrency: the most batches encoded at once across concurrent calls; ``None`` (default):
+            no bound of its own (anyio's worker-thread limit applies).
 
     A local folder in model2vec's own layout is read with ``safetensors`` and ``tokenizers`` (no
     ``huggingface_hub`` import) and gives the same vectors as ``model2vec.StaticModel``; any other model
@@ -91,15 +93,22 @@ class Model2VecEmbedder:
 
     Raises:
         ConfigurationError: the ``model2vec`` package is not installed.
-        InvalidParameterError: ``batch_size`` is not positive.
+        InvalidParameterError: ``batch_size`` or ``max_concurrency`` is not positive.
     """
 
-    def __init__(self, model: str | Path = DEFAULT_MODEL, *, batch_size: int = 256) -> None:
+    def __init__(
+        self, model: str | Path = DEFAULT_MODEL, *, batch_size: int = 256, max_concurrency: int | None = None
+    ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if max_concurrency is not None and (
+            isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency <= 0
+        ):
+            raise InvalidParameterError(f"max_concurrency must be a positive integer or None, got {max_concurrency!r}")
         if importlib.util.find_spec("model2vec") is None:
             raise ConfigurationError(_INSTALL_HINT)
         self._batch_size = batch_size
+        self._limiter = anyio.CapacityLimiter(max_concurrency) if max_concurrency is not None else None
         self._local: Path | None
         self._hub_id: str | None
         if isinstance(model, Path):
@@ -205,7 +214,7 @@ class Model2VecEmbedder:
         parts = []
         for start in range(0, len(batch), self._batch_size):
             chunk = batch[start : start + self._batch_size]
-            parts.append(await anyio.to_thread.run_sync(self._encode, model, chunk))
+            parts.append(await anyio.to_thread.run_sync(self._encode, model, chunk, self.name, limiter=self._limiter))
         return np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
 
     async def embed_query(self, text: str) -> np.ndarray:
@@ -258,11 +267,11 @@ class Model2VecEmbedder:
             self._model, self._dimension = model, model.dim
 
     @staticmethod
-    def _encode(model: _StaticEncoder, texts: list[str]) -> np.ndarray:
+    def _encode(model: _StaticEncoder, texts: list[str], name: str) -> np.ndarray:
         try:
             raw = model.encode(texts)
         except Exception as exc:  # tokenizer or numpy errors; the SDK has no error base class
-            raise EmbeddingError(f"Model2Vec failed to encode {len(texts)} texts: {exc}") from exc
+            raise EmbeddingError(f"Model2Vec model {name!r} failed to encode {len(texts)} texts: {exc}") from exc
         return l2_normalize(np.asarray(raw).reshape(len(texts), -1))
 
 
