@@ -20,7 +20,7 @@ import click
 
 from fastrag.config import MODES, RERANKERS, Settings, load_settings, open_embedder, open_reranker, open_stores
 from fastrag.errors import BackendError, ConfigurationError, FastragError
-from fastrag.models import SOURCE_URI, TITLE, Document
+from fastrag.models import TITLE, Document
 
 T = TypeVar("T")
 
@@ -99,7 +99,11 @@ def main() -> None:
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
 def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chunk_size: int,
           chunk_overlap: int | None, prune: bool, lexical_store_url: str | None) -> None:
-    """Index .txt, .md, .html files and BEIR corpus.jsonl files under PATHS (folders are walked)."""
+    """Index .txt, .md, .html, .pdf, .docx files and BEIR corpus.jsonl files under PATHS (folders are walked).
+
+    PDF and Word files need their extras (pip install "fastrag-retrieval[pdf,docx]"); one that cannot be
+    read (encrypted, scanned without a text layer, malformed) is named with the reason and skipped.
+    """
     from fastrag.ingestion import Chunker, IngestionPipeline
 
     settings = _settings({"store": store_url, "embedding_model": model, "lexical_store": lexical_store_url})
@@ -119,6 +123,8 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chu
         f"{report.files_skipped} skipped, {len(report.errors)} failed, {report.files_pruned} pruned; "
         f"the store holds {total} chunks ({settings.store})"
     )
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     for error in report.errors:
         click.echo(f"error: {error}", err=True)
     if report.errors:
@@ -216,7 +222,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
     for doc in hits:
         title = doc.metadata.get(TITLE) or ""
         snippet = " ".join(doc.content.split())[:200]
-        click.echo(f"{doc.rank + 1:>2}. [{doc.score:.4f}] {doc.metadata.get(SOURCE_URI, doc.id)}  {title}")
+        click.echo(f"{doc.rank + 1:>2}. [{doc.score:.4f}] {doc.source_label}  {title}")
         click.echo(f"    {snippet}")
 
 
@@ -300,7 +306,7 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
             for number, doc in enumerate(answer.sources, start=1):
                 mark = "*" if number in cited else " "
                 title = doc.metadata.get(TITLE) or ""
-                click.echo(f"{mark}[{number}] {doc.metadata.get(SOURCE_URI, doc.id)}  {title}".rstrip())
+                click.echo(f"{mark}[{number}] {doc.source_label}  {title}".rstrip())
         if answer.invalid_citations:
             numbers = ", ".join(f"[{n}]" for n in answer.invalid_citations)
             click.echo(f"warning: the answer cites {numbers}, which name no source", err=True)

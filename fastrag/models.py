@@ -20,6 +20,7 @@ __all__ = [
     "CONTENT_HASH",
     "HEADINGS",
     "LANGUAGE",
+    "PAGE",
     "PARENT_ID",
     "RANK",
     "RESERVED_KEYS",
@@ -48,6 +49,8 @@ CONTENT_HASH = "content_hash"
 """SHA-256 of the parent file's bytes; lets re-indexing skip unchanged files."""
 HEADINGS = "headings"
 """The heading path of the section a chunk was cut from, outermost first (a list of str), set by ingestion."""
+PAGE = "page"
+"""The 1-based page of a paginated source (a PDF) a chunk lies on, set by ingestion; citations show it (``p. 3``)."""
 BRANCHES = "branches"
 """Per-branch provenance of a fused or reranked document: ``{branch_name: {"score": s, "rank": r}}``.
 A branch that did not return the document is absent from the mapping."""
@@ -122,6 +125,16 @@ class Document:
     def source_uri(self) -> str | None:
         """The document's provenance, or ``None``."""
         return self.metadata.get(SOURCE_URI)
+
+    @property
+    def source_label(self) -> str:
+        """How a citation names this document: its ``source_uri`` (else its id), and for a chunk of a
+        paginated source its page: ``"manual.pdf p. 3"``."""
+        label = str(self.metadata.get(SOURCE_URI) or self.id)
+        page = self.metadata.get(PAGE)
+        if isinstance(page, int) and not isinstance(page, bool):
+            label = f"{label} p. {page}"
+        return label
 
     @property
     def branches(self) -> Mapping[str, BranchResult]:

@@ -14,13 +14,19 @@ file                        parsed as
                             ``<noscript>`` and ``<template>`` are dropped;
                             title = ``<title>``, else first heading
 ``corpus.jsonl``            a BEIR corpus: one document per line, ``{"_id", "title", "text"}``
+``*.pdf``                   `pypdf`_ (extra ``pdf``): one section per page, with its ``page``
+                            number; headings from the outline (see :mod:`fastrag.ingestion.pdf`)
+``*.docx``                  `python-docx`_ (extra ``docx``): ``Heading N`` paragraphs open
+                            sections, tables become ``a | b`` rows (see :mod:`fastrag.ingestion.word`)
 ==========================  =====================================================================
 
-Every parser takes the file's bytes and returns :class:`ParsedDocument` objects; files are decoded as
+Every parser takes the file's bytes and returns :class:`ParsedDocument` objects; text files are decoded as
 UTF-8 (a byte-order mark is allowed). Any other file name is unsupported (:func:`file_kind` returns
 ``None``); the ingestion pipeline skips such files and reports them.
 
 .. _markdown-it-py: https://github.com/executablebooks/markdown-it-py
+.. _pypdf: https://pypdf.readthedocs.io/
+.. _python-docx: https://python-docx.readthedocs.io/
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from fastrag.errors import IngestionError
 
 __all__ = [
     "BEIR_CORPUS_NAME",
+    "BINARY_KINDS",
     "FileKind",
     "ParsedDocument",
     "Section",
@@ -63,6 +70,13 @@ class FileKind(Enum):
     MARKDOWN = "markdown"
     HTML = "html"
     BEIR_CORPUS = "beir-corpus"
+    PDF = "pdf"
+    DOCX = "docx"
+
+
+BINARY_KINDS = frozenset({FileKind.PDF, FileKind.DOCX})
+"""Formats read by a third-party parser from a binary container: the ingestion pipeline parses them in a
+worker process under a time and size limit."""
 
 
 _SUFFIXES = {
@@ -71,6 +85,8 @@ _SUFFIXES = {
     ".markdown": FileKind.MARKDOWN,
     ".html": FileKind.HTML,
     ".htm": FileKind.HTML,
+    ".pdf": FileKind.PDF,
+    ".docx": FileKind.DOCX,
 }
 
 
@@ -83,10 +99,13 @@ class Section:
             empty for text before the first heading or in a file without headings.
         text: the section's body; paragraphs are separated by blank lines. Never contains the
             heading itself.
+        page: the 1-based page of a paginated source (PDF) this text is on, else ``None``; the
+            ingestion pipeline records it on each chunk as metadata ``page``.
     """
 
     heading_path: tuple[str, ...]
     text: str
+    page: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +168,24 @@ def parse(data: bytes, *, source_uri: str, kind: FileKind | None = None) -> list
     Returns:
         The parsed documents, in file order.
 
+    PDF and DOCX files are parsed here in the calling thread, without a time limit; the ingestion
+    pipeline runs them in a worker process under one.
+
     Raises:
-        IngestionError: the format is unsupported, the bytes are not UTF-8, or a BEIR line is malformed.
+        IngestionError: the format is unsupported, the bytes are not UTF-8, a BEIR line is malformed, or a
+            PDF or DOCX file cannot be read (encrypted, no text layer, malformed; its extra not installed).
     """
     kind = kind or file_kind(source_uri)
     if kind is None:
         raise IngestionError(f"{source_uri}: unsupported file type")
+    if kind is FileKind.PDF:
+        from fastrag.ingestion.pdf import parse_pdf
+
+        return [parse_pdf(data, source_uri=source_uri)]
+    if kind is FileKind.DOCX:
+        from fastrag.ingestion.word import parse_docx
+
+        return [parse_docx(data, source_uri=source_uri)]
     text = decode_utf8(data, source=source_uri)
     stem = PurePath(source_uri).stem
     if kind is FileKind.TEXT:

@@ -12,7 +12,8 @@ Each chunk becomes a :class:`~fastrag.models.Document` whose id is ``f"{source_u
 (the section's heading path, a list of strings), ``chunker`` (the chunker's settings, see
 :attr:`~fastrag.ingestion.chunking.Chunker.fingerprint`), and ``section_index``, ``section_start`` and
 ``section_end`` (which parsed section the chunk was cut from, and its character offsets in that section's
-body; :mod:`fastrag.retrieval.sections` traces hits back to their sections with them). The embedded text is
+body; :mod:`fastrag.retrieval.sections` traces hits back to their sections with them), and for a PDF ``page``
+(the 1-based page the chunk lies on; a chunk never spans two pages). The embedded text is
 ``title + "\\n" + chunk`` (just the chunk when the title is empty); the stored ``content`` is the chunk alone.
 """
 
@@ -38,15 +39,21 @@ from fastrag.errors import ConfigurationError, IngestionError, InvalidParameterE
 from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
 from fastrag.ingestion.chunking import Chunker
-from fastrag.ingestion.parsers import FileKind, ParsedDocument, file_kind, parse
+from fastrag.ingestion.parsers import BINARY_KINDS, FileKind, ParsedDocument, file_kind, parse
 from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
-from fastrag.models import CHUNK_INDEX, CONTENT_HASH, HEADINGS, PARENT_ID, SOURCE_URI, TITLE, Document
+from fastrag.ingestion.worker import ParserProcess
+from fastrag.models import CHUNK_INDEX, CONTENT_HASH, HEADINGS, PAGE, PARENT_ID, SOURCE_URI, TITLE, Document
 from fastrag.protocols import Embedder, LexicalStore, SupportsGet, VectorStore
 from fastrag.retrieval.sections import SECTION_END, SECTION_INDEX, SECTION_START, SectionIndex
 
 __all__ = ["CHUNKER", "HEADINGS", "IngestionFailure", "IngestionPipeline", "IngestionReport"]
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_FILE_BYTES = 100 * 2**20
+"""The largest PDF or DOCX file :class:`IngestionPipeline` reads by default, in bytes (100 MiB)."""
+DEFAULT_PARSE_TIMEOUT = 120.0
+"""Seconds one PDF or DOCX file may take to parse by default."""
 
 _ID_BATCH = 500  # ids per get/delete call, well under every backend's limit on query size
 
@@ -85,6 +92,8 @@ class IngestionReport:
         errors: the files that failed to read or parse; the run went on without them and their
             previously stored chunks are left as they were.
         skipped: the skipped files' paths, in walk order.
+        warnings: what was indexed with something left out, in words naming the file (a PDF page without a
+            text layer).
     """
 
     files_indexed: int = 0
@@ -94,6 +103,7 @@ class IngestionReport:
     chunks_written: int = 0
     errors: tuple[IngestionFailure, ...] = ()
     skipped: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -128,6 +138,7 @@ class _Run:
     chunks_written: int = 0
     errors: list[IngestionFailure] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     # what this run saw: a stored chunk whose source_uri is here (or under a prefix) survives a prune
     kept_uris: set[str] = field(default_factory=set)
     kept_prefixes: set[str] = field(default_factory=set)
@@ -137,6 +148,8 @@ class _Run:
     # chunks waiting to be embedded, and the sources to sweep once all their chunks are written
     pending: list[tuple[Document, str]] = field(default_factory=list)
     completed: list[Filter] = field(default_factory=list)
+    # the child process that parses PDF and DOCX files, started by the first one
+    parser: ParserProcess | None = None
 
     def report(self) -> IngestionReport:
         return IngestionReport(
@@ -147,14 +160,18 @@ class _Run:
             chunks_written=self.chunks_written,
             errors=tuple(self.errors),
             skipped=tuple(self.skipped),
+            warnings=tuple(self.warnings),
         )
 
 
 class IngestionPipeline:
     """Indexes files and folders into a vector store (and optionally a separate lexical store).
 
-    Supported files: ``.txt``, ``.md``/``.markdown``, ``.html``/``.htm`` and BEIR ``corpus.jsonl``
-    (see :mod:`fastrag.ingestion.parsers`). Other files are skipped and reported, never errors.
+    Supported files: ``.txt``, ``.md``/``.markdown``, ``.html``/``.htm``, BEIR ``corpus.jsonl``, and with
+    their extras ``.pdf`` and ``.docx`` (see :mod:`fastrag.ingestion.parsers`). Other files are skipped and
+    reported, never errors. A PDF or DOCX file that cannot be read (encrypted, no text layer, malformed or
+    truncated, too large, too slow to parse, its extra not installed) is recorded with the reason in
+    :attr:`IngestionReport.errors` and the run goes on.
 
     Re-indexing is incremental and keyed by the deterministic chunk ids. A file is *unchanged* when
     every target store holds each of its chunks (same id, text, ``content_hash`` and ``chunker``) and no
@@ -189,9 +206,17 @@ class IngestionPipeline:
             the same embedder (same model and options) are read from it instead of being embedded again,
             and new vectors are added to it. So a changed file costs only its changed chunks, and
             re-indexing into a new store costs nothing. It stays the caller's (never closed here).
+        max_file_bytes: the largest PDF or DOCX file read, in bytes (default 100 MiB); a larger one is
+            recorded in :attr:`IngestionReport.errors` and skipped. A DOCX is also refused when its zip
+            members unpack to more than 10 times this (a zip bomb).
+        parse_timeout: seconds one PDF or DOCX file may take to parse (default 120). These formats are
+            parsed by third-party libraries in a worker process (:mod:`fastrag.ingestion.worker`, one per
+            run), which is killed at the limit: a file
+            that would make a parser loop or stall is recorded in :attr:`IngestionReport.errors` and
+            skipped, and the run goes on. Text formats are parsed in a thread, without these limits.
 
     Raises:
-        InvalidParameterError: ``batch_size`` is not positive.
+        InvalidParameterError: ``batch_size``, ``max_file_bytes`` or ``parse_timeout`` is not positive.
     """
 
     def __init__(
@@ -205,9 +230,21 @@ class IngestionPipeline:
         show_progress: bool | None = None,
         sections: SectionIndex | None = None,
         embedding_cache: EmbeddingCache | None = None,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        parse_timeout: float = DEFAULT_PARSE_TIMEOUT,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes <= 0:
+            raise InvalidParameterError(f"max_file_bytes must be a positive integer, got {max_file_bytes!r}")
+        if (
+            isinstance(parse_timeout, bool)
+            or not isinstance(parse_timeout, int | float)
+            or not 0 < parse_timeout < float("inf")
+        ):
+            raise InvalidParameterError(f"parse_timeout must be a positive number of seconds, got {parse_timeout!r}")
+        self._max_file_bytes = max_file_bytes
+        self._parse_timeout = float(parse_timeout)
         self._embedder: Embedder = embedder if embedding_cache is None else CachedEmbedder(embedder, embedding_cache)
         self._vector_store = vector_store
         self._lexical_store = None if lexical_store is vector_store else lexical_store
@@ -257,6 +294,13 @@ class IngestionPipeline:
         if prune and not any(isinstance(store, SupportsGet) for store in self._stores):
             raise ConfigurationError("prune=True needs a store that can list its documents (a get() method)")
         state = _Run()
+        try:
+            return await self._run(paths, state, prune=prune)
+        finally:
+            if state.parser is not None:
+                await state.parser.aclose()
+
+    async def _run(self, paths: Sequence[str | Path], state: _Run, *, prune: bool) -> IngestionReport:
         sources = await anyio.to_thread.run_sync(_discover, [Path(p) for p in paths], state)
         with _ProgressBar(self._show_progress, total=len(sources)) as bar:
             failure: BaseException | None = None
@@ -297,7 +341,10 @@ class IngestionPipeline:
         if is_corpus:
             state.kept_prefixes.add(f"{uri}#")
         try:
-            read = await anyio.to_thread.run_sync(self._read_and_chunk, source)
+            if source.kind in BINARY_KINDS:
+                read = await self._read_binary(source, state)
+            else:
+                read = await anyio.to_thread.run_sync(self._read_and_chunk, source)
             content_hash, documents, sentinels, parsed = read
         except IngestionError as exc:
             logger.warning("ingestion: %s", exc)
@@ -339,35 +386,58 @@ class IngestionPipeline:
         except OSError as exc:
             raise IngestionError(f"{source.path}: cannot read ({exc.strerror or exc})") from exc
         content_hash = hashlib.sha256(data).hexdigest()
+        parsed_documents = parse(data, source_uri=source.source_uri, kind=source.kind)
+        return (content_hash, *self._chunk_all(parsed_documents, content_hash))
+
+    def _chunk_all(
+        self, parsed_documents: list[ParsedDocument], content_hash: str
+    ) -> tuple[list[Document], list[str], list[ParsedDocument]]:
         documents: list[Document] = []
         sentinels: list[str] = []
-        parsed_documents = parse(data, source_uri=source.source_uri, kind=source.kind)
         for parsed in parsed_documents:
             chunks = self._chunk_documents(parsed, content_hash)
             documents.extend(chunks)
             sentinels.append(f"{parsed.source_uri}#{len(chunks)}")
-        return content_hash, documents, sentinels, parsed_documents
+        return documents, sentinels, parsed_documents
+
+    async def _read_binary(
+        self, source: _Source, state: _Run
+    ) -> tuple[str, list[Document], list[str], list[ParsedDocument]]:
+        """Read a PDF or DOCX file within the size limit and parse it in the worker process within the time
+        limit (the process is killed at the limit); then chunk it in a thread."""
+        data = await anyio.to_thread.run_sync(_read_limited, source, self._max_file_bytes)
+        content_hash = hashlib.sha256(data).hexdigest()
+        if state.parser is None:
+            state.parser = ParserProcess(timeout=self._parse_timeout)
+        parsed, notes = await state.parser.parse(
+            data, source_uri=source.source_uri, kind=source.kind, max_unpacked_bytes=10 * self._max_file_bytes
+        )
+        for note in notes:
+            logger.warning("ingestion: %s", note)
+        state.warnings.extend(notes)
+        documents, sentinels, parsed = await anyio.to_thread.run_sync(self._chunk_all, parsed, content_hash)
+        return content_hash, documents, sentinels, parsed
 
     def _chunk_documents(self, parsed: ParsedDocument, content_hash: str) -> list[Document]:
-        return [
-            Document(
-                id=f"{parsed.source_uri}#{index}",
-                content=chunk.text,
-                metadata={
-                    SOURCE_URI: parsed.source_uri,
-                    TITLE: parsed.title,
-                    CHUNK_INDEX: index,
-                    PARENT_ID: parsed.id,
-                    CONTENT_HASH: content_hash,
-                    HEADINGS: list(chunk.heading_path),
-                    CHUNKER: self._fingerprint,
-                    SECTION_INDEX: chunk.section_index,
-                    SECTION_START: chunk.start,
-                    SECTION_END: chunk.end,
-                },
-            )
-            for index, chunk in enumerate(self._chunker.chunk(parsed))
-        ]
+        documents: list[Document] = []
+        for index, chunk in enumerate(self._chunker.chunk(parsed)):
+            metadata = {
+                SOURCE_URI: parsed.source_uri,
+                TITLE: parsed.title,
+                CHUNK_INDEX: index,
+                PARENT_ID: parsed.id,
+                CONTENT_HASH: content_hash,
+                HEADINGS: list(chunk.heading_path),
+                CHUNKER: self._fingerprint,
+                SECTION_INDEX: chunk.section_index,
+                SECTION_START: chunk.start,
+                SECTION_END: chunk.end,
+            }
+            page = parsed.sections[chunk.section_index].page
+            if page is not None:
+                metadata[PAGE] = page
+            documents.append(Document(id=f"{parsed.source_uri}#{index}", content=chunk.text, metadata=metadata))
+        return documents
 
     async def _compare(
         self, documents: list[Document], sentinels: list[str], *, scope: Filter, stale: Filter
@@ -491,6 +561,20 @@ class _ProgressBar:
     def advance(self) -> None:
         if self._progress is not None and self._task is not None:
             self._progress.advance(self._task)
+
+
+def _read_limited(source: _Source, limit: int) -> bytes:
+    """A file's bytes, refused before reading when it is larger than ``limit`` (runs in a worker thread)."""
+    try:
+        with source.path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise IngestionError(
+                    f"{source.source_uri}: {size:,} bytes, over the limit of {limit:,} (max_file_bytes); skipped"
+                )
+            return handle.read(limit + 1)
+    except OSError as exc:
+        raise IngestionError(f"{source.path}: cannot read ({exc.strerror or exc})") from exc
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:

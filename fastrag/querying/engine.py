@@ -43,7 +43,7 @@ from typing import Any, Literal
 from fastrag.errors import BackendError, FilterError, InvalidParameterError
 from fastrag.filters import FilterLike
 from fastrag.llm import ChatMessage, _shown
-from fastrag.models import HEADINGS, LANGUAGE, SOURCE_URI, TITLE, Document
+from fastrag.models import HEADINGS, LANGUAGE, PAGE, SOURCE_URI, TITLE, Document
 from fastrag.protocols import LLM, Retriever
 from fastrag.retrieval.result import RetrievalResult, retrieve_result
 
@@ -110,6 +110,12 @@ class Citation:
 
     number: int
     document: Document
+
+    @property
+    def label(self) -> str:
+        """The cited source as a reader finds it: ``source_uri`` and, for a PDF chunk, its page
+        (``"manual.pdf p. 3"``); see :attr:`~fastrag.models.Document.source_label`."""
+        return self.document.source_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +190,7 @@ def build_prompt(
     """The grounded prompt for ``question`` over ``documents`` (best first).
 
     Each source is a block: ``[n]``, then the header lines ``title: ...``, ``language: ...``,
-    ``source_uri: ...``, ``section: A > B`` (the chunk's heading path) and ``answers: ...`` (when it
+    ``source_uri: ...``, ``page: 3`` (a PDF chunk's page), ``section: A > B`` (the chunk's heading path) and ``answers: ...`` (when it
     carries :data:`SUB_QUESTIONS`), each only when the document has that metadata, each value on one line
     and cut at :data:`MAX_SOURCE_FIELD_CHARS` characters (ending with ``" …"``); then its content. Blocks
     are separated by a blank line. A document whose id was already numbered is skipped: each source is a
@@ -255,7 +261,7 @@ def build_prompt(
 
 def _source_header(number: int, doc: Document) -> str:
     lines = [f"[{number}]"]
-    for label, key in (("title", TITLE), ("language", LANGUAGE), ("source_uri", SOURCE_URI)):
+    for label, key in (("title", TITLE), ("language", LANGUAGE), ("source_uri", SOURCE_URI), ("page", PAGE)):
         value = doc.metadata.get(key)
         if value is not None:
             text = _field((str(value),), "")

@@ -1,0 +1,182 @@
+"""Word (``.docx``) text extraction with `python-docx`_: headings open sections, as Markdown headings do.
+
+Install with ``pip install "fastrag-retrieval[docx]"``.
+
+What a document becomes:
+
+- body paragraphs and tables in reading order; each paragraph is one paragraph of text, each table one
+  block with a row per line and cells separated by ``" | "`` (merged cells once);
+- a paragraph styled ``Heading 1`` .. ``Heading 9`` (or a style based on one, or any paragraph with an
+  outline level) opens a section whose heading path is the enclosing headings, exactly like ``#`` .. ``######``
+  in Markdown;
+- the title is the document property *Title*, else the first paragraph styled ``Title``, else the first
+  heading, else the file stem. A ``Title`` paragraph is not a section heading.
+
+Headers, footers, footnotes, comments and text boxes are not read.
+
+Refused, with the reason in an :class:`~fastrag.errors.IngestionError` (the pipeline records it and goes
+on): a password-protected document (Word stores it as an encrypted OLE2 container, not a zip), a legacy
+binary ``.doc`` renamed ``.docx``, and a malformed or truncated file (a broken zip, missing parts, XML that
+does not parse), and one whose unpacked parts exceed ``max_unpacked_bytes`` (a zip bomb).
+
+.. _python-docx: https://python-docx.readthedocs.io/
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from pathlib import PurePath
+from typing import Any
+
+from fastrag.errors import IngestionError
+from fastrag.ingestion.parsers import ParsedDocument, Section
+
+__all__ = ["INSTALL_HINT", "parse_docx"]
+
+INSTALL_HINT = 'pip install "fastrag-retrieval[docx]"'
+
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_ENCRYPTION_INFO = "EncryptionInfo".encode("utf-16-le")  # the stream an encrypted OOXML container holds
+_HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+
+
+def parse_docx(data: bytes, *, source_uri: str, max_unpacked_bytes: int | None = None) -> ParsedDocument:
+    """Parse a ``.docx`` file's bytes into sections under its headings.
+
+    Args:
+        data: the raw file.
+        source_uri: names the file in errors; becomes the document's ``source_uri``.
+        max_unpacked_bytes: refuse a file whose zip members add up to more than this many bytes unpacked;
+            ``None`` for no limit.
+
+    Returns:
+        The document, sections in reading order.
+
+    Raises:
+        IngestionError: python-docx is not installed (the message gives the ``pip install`` line); the
+            file is password-protected, a legacy ``.doc``, malformed, truncated, or unpacks too large.
+    """
+    try:
+        import docx
+    except ImportError as exc:
+        raise IngestionError(f"{source_uri}: reading Word files needs python-docx: {INSTALL_HINT}") from exc
+    if data.startswith(_OLE_MAGIC):
+        if _ENCRYPTION_INFO in data:
+            raise IngestionError(f"{source_uri}: password-protected Word document; skipped")
+        raise IngestionError(
+            f"{source_uri}: a legacy binary Word file (.doc), not .docx; save it as .docx to index it; skipped"
+        )
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unpacked = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise IngestionError(f"{source_uri}: truncated or malformed .docx (not a readable zip: {exc}); skipped") from exc
+    if max_unpacked_bytes is not None and unpacked > max_unpacked_bytes:
+        raise IngestionError(
+            f"{source_uri}: unpacks to {unpacked:,} bytes, over the limit of {max_unpacked_bytes:,}; skipped"
+        )
+    try:
+        document = docx.Document(io.BytesIO(data))
+        return _sections(document, source_uri)
+    except Exception as exc:  # noqa: BLE001
+        # python-docx reports a damaged package as PackageNotFoundError, KeyError (a missing part), lxml's
+        # XMLSyntaxError, zipfile errors...: any of them means this file cannot be read
+        raise IngestionError(f"{source_uri}: malformed .docx ({type(exc).__name__}: {exc}); skipped") from exc
+
+
+def _sections(document: Any, source_uri: str) -> ParsedDocument:
+    from docx.table import Table
+
+    stack: list[tuple[int, str]] = []
+    sections: list[Section] = []
+    blocks: list[str] = []
+    title_paragraph: str | None = None
+    first_heading: str | None = None
+
+    def close() -> None:
+        body = "\n\n".join(blocks)
+        if body.strip():
+            sections.append(Section(heading_path=tuple(h for _, h in stack), text=body))
+        blocks.clear()
+
+    for item in document.iter_inner_content():
+        if isinstance(item, Table):
+            table = _table_text(item)
+            if table:
+                blocks.append(table)
+            continue
+        text = " ".join(item.text.split())
+        style = _style_name(item)
+        if style == "title":
+            if title_paragraph is None and text:
+                title_paragraph = text
+            continue
+        level = _heading_level(item)
+        if level is not None and text:
+            close()
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, text))
+            first_heading = first_heading or text
+        elif text:
+            blocks.append(text)
+    close()
+    core_title = " ".join((document.core_properties.title or "").split())
+    title = core_title or title_paragraph or first_heading or PurePath(source_uri).stem
+    return ParsedDocument(source_uri=source_uri, title=title, sections=tuple(sections))
+
+
+def _style_name(paragraph: Any) -> str:
+    try:
+        style = paragraph.style
+    except Exception:  # noqa: BLE001 - a dangling style reference reads as no style
+        return ""
+    return (style.name or "").strip().lower() if style is not None else ""
+
+
+def _heading_level(paragraph: Any) -> int | None:
+    """1..9 for a heading paragraph: a ``Heading N`` style (or one based on it), else an outline level."""
+    try:
+        style = paragraph.style
+    except Exception:  # noqa: BLE001
+        style = None
+    seen = 0
+    while style is not None and seen < 10:  # a style's base chain; bounded against cycles
+        match = _HEADING_STYLE.fullmatch((style.name or "").strip())
+        if match:
+            return int(match.group(1))
+        level = _outline_level(style.element)
+        if level is not None:
+            return level
+        style = style.base_style
+        seen += 1
+    return _outline_level(paragraph._p)  # noqa: SLF001 - python-docx exposes no outline level
+
+
+def _outline_level(element: Any) -> int | None:
+    node = element.find(f"{_W}pPr/{_W}outlineLvl")
+    if node is None:
+        return None
+    try:
+        value = int(node.get(f"{_W}val"))
+    except (TypeError, ValueError):
+        return None
+    return value + 1 if 0 <= value <= 8 else None  # 9 means body text
+
+
+def _table_text(table: Any) -> str:
+    rows: list[str] = []
+    for row in table.rows:
+        cells: list[str] = []
+        previous = None
+        for cell in row.cells:
+            if cell._tc is previous:  # noqa: SLF001 - a merged cell repeats across the span
+                continue
+            previous = cell._tc  # noqa: SLF001
+            cells.append(" ".join(cell.text.split()))
+        if any(cells):
+            rows.append(" | ".join(cells))
+    return "\n".join(rows)
