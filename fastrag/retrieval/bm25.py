@@ -15,6 +15,7 @@ from fastrag.protocols import LanguageDetector, LexicalStore
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import ReturnsResult
+from fastrag.retrieval.thresholds import check_min_score, keep_above
 
 __all__ = ["BM25Retriever"]
 
@@ -31,12 +32,17 @@ class BM25Retriever(ReturnsResult):
         detector: a :class:`~fastrag.protocols.LanguageDetector`; each question's language is detected
             (in a worker thread) and passed to the store as ``language``. When it cannot tell, or with
             neither ``language`` nor ``detector``, the store's own analysis is used. ``language`` wins.
+        min_score: drop hits whose BM25 score is below this (BM25 is unbounded and grows with the number
+            and rarity of matching terms; look at your scores before choosing); applied to the store's top
+            ``k``, so fewer may come back. ``None`` (default): no threshold. See
+            :mod:`fastrag.retrieval.thresholds`.
 
     Scores are BM25: unbounded, higher is better, comparable only within one query.
 
     Raises:
         InvalidParameterError: (when built) ``language`` is not a language tag, ``detector`` has no
-            ``detect``, or either is given for a store whose ``search_text`` takes no ``language``.
+            ``detect``, or either is given for a store whose ``search_text`` takes no ``language``;
+            ``min_score`` is not ``None`` or a finite number.
 
     :meth:`retrieve` raises the first two errors below before the store is called.
 
@@ -57,7 +63,9 @@ class BM25Retriever(ReturnsResult):
         limits: RetrievalLimits = DEFAULT_LIMITS,
         language: str | None = None,
         detector: LanguageDetector | None = None,
+        min_score: float | None = None,
     ) -> None:
+        self.min_score = check_min_score(min_score)
         if language is not None and primary_language(language) is None:
             raise InvalidParameterError(f"language must be None or a language code such as 'de', got {language!r}")
         if detector is not None and not isinstance(detector, LanguageDetector):
@@ -81,8 +89,10 @@ class BM25Retriever(ReturnsResult):
         if language is None and self.detector is not None:
             language = await anyio.to_thread.run_sync(self.detector.detect, query)
         if language is None:
-            return await self.store.search_text(query, k=k, filter=node)
-        return await self.store.search_text(query, k=k, filter=node, language=language)  # type: ignore[call-arg]
+            found = await self.store.search_text(query, k=k, filter=node)
+        else:
+            found = await self.store.search_text(query, k=k, filter=node, language=language)  # type: ignore[call-arg]
+        return found if self.min_score is None else keep_above(found, self.min_score)
 
 
 def _takes_language(store: Any) -> bool:

@@ -21,6 +21,7 @@ from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import WeightedScoreFusion
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import ReturnsResult, record_branch_failure, stage, timed
+from fastrag.retrieval.thresholds import check_min_relative_score, keep_relative
 from fastrag.retrieval.vector import VectorRetriever
 
 __all__ = [
@@ -141,9 +142,14 @@ class HybridRetriever(ReturnsResult):
             ``partial`` and names the branch in ``failed_branches``. If every branch fails, the call
             fails with the first branch's error either way.
         limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`).
+        min_relative_score: keep only fused documents scoring at least this fraction of the query's best
+            fused score (``0.5``: half the best); ``None`` (default) keeps all. Above 1 warns: no document
+            can reach it. There is no absolute threshold on fused scores, which measure rank or per-query
+            normalised score, not relevance: set ``min_score`` on a branch instead (it cuts that branch's
+            list before fusion). See :mod:`fastrag.retrieval.thresholds`.
 
     Raises:
-        InvalidParameterError: no retrievers; a branch lacks ``retrieve``; a mapping key is not a
+        InvalidParameterError: ``min_relative_score`` is not ``None`` or a finite number > 0; no retrievers; a branch lacks ``retrieve``; a mapping key is not a
             non-empty str; ``candidate_k`` is not a positive int; ``limits`` is not a ``RetrievalLimits``; ``fusion`` lacks
             ``fuse``; the fusion's weights do not fit the branches; ``branch_timeout`` is not a finite
             number > 0; ``on_branch_error`` is unknown.
@@ -160,7 +166,9 @@ class HybridRetriever(ReturnsResult):
         branch_timeout: float | None = None,
         on_branch_error: BranchErrorPolicy = "raise",
         limits: RetrievalLimits = DEFAULT_LIMITS,
+        min_relative_score: float | None = None,
     ) -> None:
+        self._min_relative_score = check_min_relative_score(min_relative_score)
         if isinstance(retrievers, Mapping):
             for key in retrievers:
                 if not isinstance(key, str) or not key:
@@ -219,6 +227,11 @@ class HybridRetriever(ReturnsResult):
     def branch_timeout(self) -> float | None:
         """Seconds each branch may take, or ``None``."""
         return self._branch_timeout
+
+    @property
+    def min_relative_score(self) -> float | None:
+        """The fraction of the best fused score a document needs, or ``None``."""
+        return self._min_relative_score
 
     @property
     def on_branch_error(self) -> BranchErrorPolicy:
@@ -308,6 +321,8 @@ class HybridRetriever(ReturnsResult):
         # contributes an empty list, which adds the same (zero) amount to every document.
         with timed("fusion"):
             fused = self._fusion.fuse({name: found.get(name, []) for name in self._retrievers}, k=k)
+            if self._min_relative_score is not None:
+                fused = keep_relative(fused, self._min_relative_score)
         if store is None or not fused:
             return fused
         with timed("rows"):

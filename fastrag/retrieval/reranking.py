@@ -11,6 +11,7 @@ from fastrag.retrieval._provenance import finite_score, provenance, with_provena
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import ReturnsResult, stage, timed
+from fastrag.retrieval.thresholds import check_min_score, keep_above
 from fastrag.retrieval.vector import VectorRetriever
 
 __all__ = ["FIRST_STAGE", "RERANKER", "RerankingRetriever"]
@@ -50,9 +51,13 @@ class RerankingRetriever(ReturnsResult):
             ``k`` instead (there is no point in reranking fewer than are returned); the request is capped
             at ``limits.max_k`` (and the first stage's own ``limits.max_k``).
         limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`).
+        min_score: drop documents whose reranker score is below this (on the reranker's scale: cosine in
+            [-1, 1] for :class:`~fastrag.rerankers.EmbedderReranker`, a relevance in [0, 1] for Cohere, a
+            logit for most cross-encoders); applied after reranking, so fewer than ``k`` may come back.
+            ``None`` (default): no threshold. See :mod:`fastrag.retrieval.thresholds`.
 
     Raises:
-        InvalidParameterError: neither ``retriever`` nor both ``vector_store`` and ``embedder``, or both
+        InvalidParameterError: ``min_score`` is not ``None`` or a finite number; neither ``retriever`` nor both ``vector_store`` and ``embedder``, or both
             forms at once; an object lacking ``retrieve``/``rerank``; ``candidate_k`` not a positive int
             within ``limits.max_k``; ``limits`` not a ``RetrievalLimits``.
 
@@ -71,7 +76,9 @@ class RerankingRetriever(ReturnsResult):
         embedder: Embedder | None = None,
         candidate_k: int = 40,
         limits: RetrievalLimits = DEFAULT_LIMITS,
+        min_score: float | None = None,
     ) -> None:
+        self.min_score = check_min_score(min_score)
         if not isinstance(limits, RetrievalLimits):
             raise InvalidParameterError(f"limits must be a RetrievalLimits, got {limits!r}")
         if retriever is not None:
@@ -131,7 +138,7 @@ class RerankingRetriever(ReturnsResult):
             score = finite_score(doc.metadata.get(SCORE))
             branches = {FIRST_STAGE: provenance(original, position), RERANKER: {"score": score, "rank": rank}}
             out.append(with_provenance(doc, score=score, rank=rank, branches=branches))
-        return out
+        return out if self.min_score is None else keep_above(out, self.min_score)
 
     def __repr__(self) -> str:
         return (

@@ -11,6 +11,7 @@ from fastrag.protocols import Embedder, VectorStore
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import ReturnsResult, timed
+from fastrag.retrieval.thresholds import check_min_score, keep_above
 
 __all__ = ["VectorRetriever"]
 
@@ -23,6 +24,9 @@ class VectorRetriever(ReturnsResult):
         embedder: the :class:`~fastrag.protocols.Embedder` whose vectors the store holds.
         filter: a filter applied to every call, AND-ed with the call's own filter.
         limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`).
+        min_score: drop hits whose score is below this (cosine similarity, so in [-1, 1]); applied to the
+            store's top ``k``, so fewer may come back. ``None`` (default): no threshold. Above 1 warns: no
+            hit can reach it. See :mod:`fastrag.retrieval.thresholds`.
 
     Scores are the store's (cosine similarity in [-1, 1] for the built-in stores), higher is better.
     :meth:`~fastrag.retrieval.result.ReturnsResult.retrieve_result` reports the stages ``"embed"`` and
@@ -31,8 +35,9 @@ class VectorRetriever(ReturnsResult):
     :meth:`retrieve` raises every error below but ``BackendError`` before the store is called.
 
     Raises:
-        InvalidParameterError: ``k`` is not a positive int within ``limits.max_k``, or the query is empty,
-            too long or not valid Unicode.
+        InvalidParameterError: (when built) ``min_score`` is not ``None`` or a finite number; (when called)
+            ``k`` is not a positive int within ``limits.max_k``, or the query is empty, too long or not valid
+            Unicode.
         FilterError: a filter is malformed.
         DimensionMismatchError: the query vector is not ``(embedder.dimension,)``, or its width differs
             from the store's ``dimension`` attribute (when the store has one).
@@ -49,7 +54,9 @@ class VectorRetriever(ReturnsResult):
         embedder: Embedder,
         filter: FilterLike | None = None,  # noqa: A002
         limits: RetrievalLimits = DEFAULT_LIMITS,
+        min_score: float | None = None,
     ) -> None:
+        self.min_score = check_min_score(min_score, maximum=1.0, scale="cosine similarity")
         self.vector_store = vector_store
         self.embedder = embedder
         self.filter = combine_filters(filter)
@@ -71,7 +78,8 @@ class VectorRetriever(ReturnsResult):
             # (stores refuse an all-zero query, whose cosine with anything is undefined)
             return []
         with timed("search"):
-            return await self.vector_store.search_vector(embedding, k=k, filter=node)
+            found = await self.vector_store.search_vector(embedding, k=k, filter=node)
+        return found if self.min_score is None else keep_above(found, self.min_score)
 
     def _checked(self, embedding: np.ndarray) -> np.ndarray:
         """The embedder's vector, if it is ``(dim,)`` and finite: garbage never reaches the store."""

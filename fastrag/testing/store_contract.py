@@ -277,6 +277,63 @@ class StoreContract:
             if self.supports_text:
                 assert [d.id for d in await store.search_text("orthogonal", k=2)] == ["orth"]
 
+    # ------------------------------------------------------------------ retrieval over the store
+
+    @pytest.mark.anyio
+    async def test_min_score_keeps_exactly_the_hits_at_or_above_it(self, store_factory) -> None:  # noqa: ANN001
+        """Thresholds (issue 18.3) on each branch's own score, applied after the store's search."""
+        from fastrag.retrieval import BM25Retriever, HybridRetriever, VectorRetriever
+
+        async with store_factory() as store:
+            await store.upsert(KNN_DOCS + BM25_DOCS, embeddings=np.vstack(
+                [KNN_VECTORS, np.eye(4, dtype=np.float32)[[2, 3, 3, 2]] * 1.0]))
+            if self.supports_vectors:
+                # cosine with the query: near 1.0, mid 0.8, far 0.6, orth 0.0, the BM25 docs 0.0, opp -1.0
+                vector = VectorRetriever(vector_store=store, embedder=FixedQueryEmbedder(KNN_QUERY), min_score=0.5)
+                assert [d.id for d in await vector.retrieve("q", k=10)] == ["near", "mid", "far"]
+                assert [d.rank for d in await vector.retrieve("q", k=2)] == [0, 1]
+            if self.supports_text:
+                everything = await BM25Retriever(store=store).retrieve("solar panel", k=10)
+                assert everything[0].id == "both" and len(everything) >= 3
+                cut = (everything[0].score + everything[1].score) / 2
+                assert [d.id for d in await BM25Retriever(store=store, min_score=cut).retrieve("solar panel")] == ["both"]
+                too_high = BM25Retriever(store=store, min_score=everything[0].score * 2)
+                assert await too_high.retrieve("solar panel") == []
+            if self.supports_vectors and self.supports_text:
+                # a branch threshold cuts the branch's list before fusion: "opp" (cosine -1) is never fused in
+                hybrid = HybridRetriever([
+                    VectorRetriever(vector_store=store, embedder=FixedQueryEmbedder(KNN_QUERY), min_score=0.5),
+                    BM25Retriever(store=store),
+                ])
+                full = await hybrid.retrieve("solar panel", k=20)
+                assert {d.id for d in full} == {"near", "mid", "far"} | {d.id for d in everything}
+                # a relative cut on the fused list: the documents within half of the best fused score
+                half = HybridRetriever(hybrid.retrievers, fusion=hybrid.fusion, min_relative_score=0.5)
+                kept = [d.id for d in full if d.score >= 0.5 * full[0].score]
+                assert 0 < len(kept) < len(full)
+                assert [d.id for d in await half.retrieve("solar panel", k=20)] == kept
+
+
+class FixedQueryEmbedder:
+    """An embedder whose every query embeds to one fixed vector (for retrieval over a store's own vectors)."""
+
+    def __init__(self, vector: np.ndarray) -> None:
+        self._vector = np.asarray(vector, dtype=np.float32)
+
+    @property
+    def dimension(self) -> int:
+        return int(self._vector.shape[0])
+
+    @property
+    def name(self) -> str:
+        return "fixed-query"
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        return self._vector
+
+    async def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return np.tile(self._vector, (len(texts), 1))
+
 
 def anyio_from_thread(fn: Callable[..., Any], *args: Any) -> Any:
     """Run an async function from a worker thread of the running event loop."""
