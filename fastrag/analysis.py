@@ -1,56 +1,95 @@
-"""Text analysis for BM25: Unicode tokens, stopwords, Snowball stemming, CJK bigrams.
+"""Text analysis for BM25: Unicode words, stopwords, Snowball stemming, dictionary words, CJK bigrams.
 
 The same :class:`Analyzer` turns documents into index terms and questions into query terms, so both sides
 always agree. Steps, in order:
 
-1. Unicode NFKC normalisation and case folding (``"Straße"`` -> ``"strasse"``, full-width -> ASCII).
-2. Tokens are maximal runs of letters and digits (Unicode-aware: Cyrillic, Greek, accented Latin, ...).
-3. Runs of CJK ideographs, kana and hangul, which have no spaces between words, become overlapping
-   character bigrams, as Lucene's ``CJKAnalyzer`` does; documents also index every character as a
-   unigram (Elasticsearch's ``cjk_bigram`` with ``output_unigrams``). A query uses bigrams for runs of
-   two or more characters and the unigram for a single character, so a Chinese question finds Chinese
-   documents through the bigrams they share, and a one-character query still matches.
-4. Stopwords are dropped (English: Lucene's ``EnglishAnalyzer`` default set).
-5. Every other token is stemmed with the Snowball stemmer of the language (Porter 2001,
-   https://snowballstem.org/), through the ``snowballstemmer`` package (which uses PyStemmer's C code
-   when it is installed).
+1. Unicode NFKC normalisation, then lower case by the language's rules: case folding
+   (``"Straße"`` -> ``"strasse"``, final ``"ς"`` -> ``"σ"``), except that Turkish and Azerbaijani lower
+   ``"I"`` to dotless ``"ı"`` and ``"İ"`` to ``"i"``; in every other language ``"İ"`` becomes ``"i"`` too
+   (case folding alone would give ``"i"`` plus a combining dot).
+2. Words are maximal runs of Unicode word characters: letters, combining marks, decimal digits and the
+   zero-width joiners (``\\w`` of the ``regex`` module, UTS #18), without ``_``. Combining marks stay
+   inside their word in every script (UAX #29's rule WB4: a Devanagari vowel sign or virama, an Arabic
+   haraka, a Thai tone mark never starts a term). Punctuation splits a word (``"can't"`` -> ``can``,
+   ``t``; ``"3.14"`` -> ``3``, ``14``), where UAX #29 keeps such words whole: fastrag did so before,
+   bm25s and Lucene's English analysis end in the same terms for English, and the measured difference on
+   SciFact and XQuAD is in ``benchmarks/results/tokenizers.md``. ASCII text takes a faster path with the
+   same result.
+3. Runs of Thai, Lao, Khmer and Myanmar letters, written without spaces between words, are cut into
+   dictionary words by ICU's word break iterator (UAX #29 with ICU's dictionaries, through ``icu4py``:
+   ``pip install "fastrag-retrieval[icu]"``). Without it they become bigrams as CJK runs do, of
+   grapheme clusters (a vowel sign stays on its consonant).
+4. Runs of CJK ideographs, kana and hangul become overlapping character bigrams, as Lucene's
+   ``CJKAnalyzer`` does; documents also index every character as a unigram (Elasticsearch's
+   ``cjk_bigram`` with ``output_unigrams``). A query uses bigrams for runs of two or more characters and
+   the unigram for a single character, so a Chinese question finds Chinese documents through the bigrams
+   they share, and a one-character query still matches.
+5. Stopwords are dropped (English: Lucene's ``EnglishAnalyzer`` default set).
+6. Every other word is stemmed with the Snowball stemmer of the language (Porter 2001,
+   https://snowballstem.org/; every language Snowball has, :data:`SNOWBALL_LANGUAGES`), through the
+   ``snowballstemmer`` package (which uses PyStemmer's C code when it is installed).
 
 Multilingual text: :meth:`Analyzer.for_language` gives the analysis for text in another language, with
-the same settings and that language's stemmer (a language without a Snowball stemmer, such as Chinese or
-Japanese, is not stemmed; CJK runs are segmented into bigrams whatever the language). A store analyses
-each document in its ``metadata["language"]`` and each question in the question's language, so both
-sides of a match went through the same stemmer.
+the same settings and that language's stemmer and lower-casing (a language without a Snowball stemmer,
+such as Chinese, Thai or Japanese, is not stemmed). A store analyses each document in its
+``metadata["language"]`` and each question in the question's language, so both sides of a match went
+through the same stemmer.
+
+Stores that keep analysed terms (the SQLite store's postings, Qdrant's BM25 text) record
+:attr:`Analyzer.signature`, which names :data:`ANALYSIS_VERSION` and the word segmentation in use, and
+notice when it changed (docs/multilingual.md, "Text analysis").
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from functools import lru_cache
 
+import regex
 import snowballstemmer
 
 from fastrag.errors import InvalidParameterError
 
-__all__ = ["ENGLISH_STOPWORDS", "LANGUAGE_ALIASES", "SNOWBALL_LANGUAGES", "Analyzer", "primary_language"]
+__all__ = [
+    "ANALYSIS_VERSION",
+    "ENGLISH_STOPWORDS",
+    "LANGUAGE_ALIASES",
+    "SNOWBALL_LANGUAGES",
+    "Analyzer",
+    "dictionary_segmentation",
+    "primary_language",
+]
+
+ANALYSIS_VERSION = 2
+"""Raised whenever a change to the analysis changes the terms of some text. 1: fastrag before issue 14
+(Python's ``re`` word pattern, which cut words at combining marks). 2: Unicode word characters, Turkish
+lower case, dictionary words for Thai, Lao, Khmer and Myanmar."""
 
 # Lucene EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (org.apache.lucene.analysis.en), 33 words.
 ENGLISH_STOPWORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there "
-    "these they this to was will with".split()
+    ["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"]
 )
 
-# ISO 639-1 code -> Snowball algorithm name (the languages snowballstemmer ships).
+# ISO 639-1 code -> Snowball algorithm name: every language snowballstemmer 3 ships (its "porter" and
+# "dutch_porter" are older variants of English and Dutch; "st" is Sesotho).
 SNOWBALL_LANGUAGES: dict[str, str] = {
-    "ar": "arabic", "ca": "catalan", "da": "danish", "de": "german", "el": "greek", "en": "english",
-    "es": "spanish", "eu": "basque", "fi": "finnish", "fr": "french", "ga": "irish", "hi": "hindi",
-    "hu": "hungarian", "hy": "armenian", "id": "indonesian", "it": "italian", "lt": "lithuanian",
-    "ne": "nepali", "nl": "dutch", "no": "norwegian", "pt": "portuguese", "ro": "romanian",
-    "ru": "russian", "sr": "serbian", "sv": "swedish", "ta": "tamil", "tr": "turkish", "yi": "yiddish",
+    "ar": "arabic", "ca": "catalan", "cs": "czech", "da": "danish", "de": "german", "el": "greek",
+    "en": "english", "eo": "esperanto", "es": "spanish", "et": "estonian", "eu": "basque", "fa": "persian",
+    "fi": "finnish", "fr": "french", "ga": "irish", "hi": "hindi", "hu": "hungarian", "hy": "armenian",
+    "id": "indonesian", "it": "italian", "lt": "lithuanian", "ne": "nepali", "nl": "dutch", "no": "norwegian",
+    "pl": "polish", "pt": "portuguese", "ro": "romanian", "ru": "russian", "sr": "serbian", "st": "sesotho",
+    "sv": "swedish", "ta": "tamil", "tr": "turkish", "yi": "yiddish",
 }
+SNOWBALL_LANGUAGES = {
+    code: name for code, name in SNOWBALL_LANGUAGES.items() if name in snowballstemmer.algorithms()
+}  # an older snowballstemmer lacks a few (Czech, Esperanto, Estonian, Persian, Polish, Sesotho came in 3.0)
 
 LANGUAGE_ALIASES: dict[str, str] = {"nb": "no", "nn": "no"}
 """Codes that share a Snowball stemmer with another: Norwegian Bokmål and Nynorsk use ``"no"``'s."""
+
+_DOTLESS_I_LANGUAGES = frozenset({"tr", "az"})  # I -> ı, İ -> i (Unicode SpecialCasing.txt, tr and az)
 
 _CJK = (
     "\u3040-\u30ff"  # hiragana, katakana
@@ -58,16 +97,27 @@ _CJK = (
     "\uac00-\ud7af"  # hangul syllables
     "\U00020000-\U0002fa1f"  # CJK extensions B-F, compatibility supplement
 )
-_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
-_CJK_RUN = re.compile(rf"[{_CJK}]+")
+_SPACELESS = "\u0e00-\u0e7f\u0e80-\u0eff\u1000-\u109f\u1780-\u17ff\u19e0-\u19ff\uaa60-\uaa7f\ua9e0-\ua9ff"
+"""Thai, Lao, Myanmar (with extensions A and B), Khmer (with Khmer symbols): scripts written without
+spaces between words, which need a dictionary to find words (UAX #29's SA class). All in the BMP."""
+# Words: runs of the regex module's \w, which is Unicode's (UTS #18 Annex C: Alphabetic, marks, decimal
+# digits, connector punctuation, join controls), less "_". Only in a text holding CJK or Thai-family
+# characters (one re scan tells, about a tenth of the cost of finding the words) is each word split again
+# into CJK runs, Thai-family runs and the rest: the common path stays one findall.
+_WORD = regex.compile(r"[^\W_]+")
+_SPLIT = regex.compile(rf"([{_CJK}]+)|([{_SPACELESS}]+)|([^{_CJK}{_SPACELESS}]+)")
+_RUNS = re.compile(rf"[{_CJK}{_SPACELESS}]")
+_GRAPHEME = regex.compile(r"\X")  # extended grapheme clusters (UAX #29)
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+")  # the same words for ASCII text (lower-cased), faster
 
 
 class Analyzer:
     """Turns text into BM25 terms.
 
     Args:
-        language: ISO 639-1 code choosing the stemmer (and, for ``"en"``, the stopword list). ``None``
-            disables stemming. Unknown codes raise.
+        language: ISO 639-1 code choosing the stemmer, the lower-casing rules (Turkish and Azerbaijani
+            dotted and dotless i) and, for ``"en"``, the stopword list. ``None`` disables stemming.
+            Unknown codes raise.
         stem: apply the Snowball stemmer of ``language``.
         stopwords: drop stopwords (only English has a list; other languages keep every token).
 
@@ -80,12 +130,23 @@ class Analyzer:
             raise InvalidParameterError(
                 f"no Snowball stemmer for language {language!r}; known: {', '.join(sorted(SNOWBALL_LANGUAGES))}"
             )
+        self._init(language, language, stem=stem, stopwords=stopwords)
+
+    def _init(self, language: str | None, casing: str | None, *, stem: bool, stopwords: bool) -> None:
         self.language = language
         self.stem = stem and language is not None
         self.stopwords = ENGLISH_STOPWORDS if (stopwords and language == "en") else frozenset()
         self._stem_word = _stemmer(language) if self.stem else None
+        self._dotless_i = casing in _DOTLESS_I_LANGUAGES
         self._options = (stem, stopwords)
         self._by_language: dict[str | None, Analyzer] = {}
+
+    @property
+    def signature(self) -> str:
+        """What a store records of the analysis its terms were made with: :data:`ANALYSIS_VERSION` and the
+        segmentation of Thai-family scripts (``"icu<major version>"`` or ``"bigrams"``), e.g.
+        ``"fastrag-analysis/2 spaceless=icu78"``. The language and options are recorded apart."""
+        return f"fastrag-analysis/{ANALYSIS_VERSION} spaceless={dictionary_segmentation() or 'bigrams'}"
 
     def for_language(self, language: str | None) -> Analyzer:
         """The analysis for text written in ``language``: this analyzer's settings, that language's stemmer.
@@ -96,9 +157,10 @@ class Analyzer:
 
         Returns:
             ``self`` when ``language`` is ``None``, not a usable tag, or the same language as this
-            analyzer; else an analyzer with ``stem`` and ``stopwords`` as given to this one and the
-            Snowball stemmer of ``language`` (via :data:`LANGUAGE_ALIASES`), or no stemmer when it has
-            none (``"zh"``, ``"ja"``, ``"ko"``, ...). Analyzers are cached per language.
+            analyzer; else an analyzer with ``stem`` and ``stopwords`` as given to this one, the
+            Snowball stemmer of ``language`` (via :data:`LANGUAGE_ALIASES`) or no stemmer when it has
+            none (``"zh"``, ``"ja"``, ``"th"``, ...), and ``language``'s lower-casing (``"az"`` has
+            Turkish casing, no stemmer). Analyzers are cached per language.
         """
         code = primary_language(language)
         if code is None:
@@ -109,30 +171,105 @@ class Analyzer:
         found = self._by_language.get(code)
         if found is None:
             stem, stopwords = self._options
-            found = Analyzer(code if code in SNOWBALL_LANGUAGES else None, stem=stem, stopwords=stopwords)
+            found = Analyzer.__new__(Analyzer)
+            found._init(code if code in SNOWBALL_LANGUAGES else None, code, stem=stem, stopwords=stopwords)
             self._by_language[code] = found
         return found
 
     def __repr__(self) -> str:
         return f"Analyzer(language={self.language!r}, stem={self.stem}, stopwords={bool(self.stopwords)})"
 
+    def fold(self, text: str) -> str:
+        """``text`` NFKC-normalised and lower-cased by this analyzer's language (step 1 above)."""
+        text = unicodedata.normalize("NFKC", text)
+        if self._dotless_i:
+            return text.replace("I", "ı").replace("İ", "i").casefold()
+        text = text.casefold()
+        return text.replace("i\u0307", "i") if "\u0307" in text else text
+
+    def tokens(self, folded: str) -> list[str]:
+        """The words of already folded text (:meth:`fold`), before stopwords, stemming and CJK bigrams:
+        runs of CJK characters stay whole, Thai-family runs are cut into dictionary words (or kept whole
+        when no dictionary segmentation is installed)."""
+        if folded.isascii():
+            return _ASCII_TOKEN.findall(folded)
+        words = _WORD.findall(folded)
+        if _RUNS.search(folded) is None:
+            return words
+        out: list[str] = []
+        for token in words:
+            if _RUNS.search(token) is None:
+                out.append(token)
+                continue
+            for cjk, spaceless, word in _SPLIT.findall(token):
+                out.extend(_dictionary_words(spaceless) if spaceless else [cjk or word])
+        return out
+
     def analyze(self, text: str, *, for_query: bool = False) -> list[str]:
         """The terms of ``text``, with repeats (term frequency matters to BM25).
 
         Args:
             text: any Unicode text.
-            for_query: analyse a question rather than a document (CJK runs give bigrams only, see above).
+            for_query: analyse a question rather than a document (CJK runs, and Thai-family runs
+                without a dictionary, give bigrams only, see above).
         """
-        text = unicodedata.normalize("NFKC", text).casefold()
+        folded = self.fold(text)
+        stopwords, stem = self.stopwords, self._stem_word
         terms: list[str] = []
-        for token in _TOKEN.findall(text):
-            if _CJK_RUN.fullmatch(token):
-                terms.extend(_bigrams(token))
-                if not for_query and len(token) > 1:
-                    terms.extend(token)
-            elif token not in self.stopwords:
-                terms.append(self._stem_word(token) if self._stem_word else token)
+        if folded.isascii():  # the common path
+            for token in _ASCII_TOKEN.findall(folded):
+                if token not in stopwords:
+                    terms.append(stem(token) if stem else token)
+            return terms
+        segment = _segmenter()
+        split = _RUNS.search(folded) is not None
+        for token in _WORD.findall(folded):
+            if not split or _RUNS.search(token) is None:
+                if token not in stopwords:
+                    terms.append(stem(token) if stem else token)
+                continue
+            for cjk, spaceless, word in _SPLIT.findall(token):
+                if word:
+                    if word not in stopwords:
+                        terms.append(stem(word) if stem else word)
+                elif spaceless and segment is not None:
+                    terms.extend(segment(spaceless))
+                else:  # CJK characters; Thai-family grapheme clusters without a dictionary
+                    units = list(cjk) if cjk else _GRAPHEME.findall(spaceless)
+                    terms.extend(_bigrams(units))
+                    if not for_query and len(units) > 1:
+                        terms.extend(units)
         return terms
+
+
+def dictionary_segmentation() -> str | None:
+    """``"icu<major version>"`` when ICU's dictionary word segmentation is installed (``icu4py``, extra
+    ``icu``), else ``None`` (Thai, Lao, Khmer and Myanmar runs then become character bigrams)."""
+    return _icu()[0]
+
+
+@lru_cache(maxsize=1)
+def _icu() -> tuple[str | None, object]:
+    try:
+        import icu4py
+        from icu4py.breakers import WordBreaker
+    except ImportError:
+        return None, None
+    return f"icu{str(icu4py.icu_version).split('.')[0]}", WordBreaker
+
+
+def _segmenter():
+    return _dictionary_words if _icu()[1] is not None else None
+
+
+def _dictionary_words(run: str) -> list[str]:
+    """The dictionary words of a run of Thai, Lao, Khmer or Myanmar letters (ICU's word break iterator;
+    its offsets are UTF-16 code units, which equal code points here: the run is all in the BMP). The run
+    itself when ICU is missing."""
+    breaker = _icu()[1]
+    if breaker is None:
+        return [run]
+    return [run[a:b] for a, b in breaker(run, "th").segments()]  # type: ignore[operator]
 
 
 def primary_language(tag: object) -> str | None:
@@ -147,17 +284,19 @@ def primary_language(tag: object) -> str | None:
     return None
 
 
-def _bigrams(run: str) -> list[str]:
-    if len(run) == 1:
-        return [run]
-    return [run[i : i + 2] for i in range(len(run) - 1)]
+def _bigrams(units: list[str]) -> list[str]:
+    if len(units) == 1:
+        return units
+    return [units[i] + units[i + 1] for i in range(len(units) - 1)]
 
 
-def _stemmer(language: str | None):  # noqa: ANN202 - returns a cached callable
+def _stemmer(language: str | None):
     stemmer = snowballstemmer.stemmer(SNOWBALL_LANGUAGES[language])  # type: ignore[index]
+    lock = threading.Lock()  # a Snowball stemmer object keeps state between calls
 
     @lru_cache(maxsize=200_000)
     def stem_word(word: str) -> str:
-        return stemmer.stemWord(word)
+        with lock:
+            return stemmer.stemWord(word)
 
     return stem_word

@@ -75,10 +75,25 @@ from fastrag.errors import (
     RateLimitError,
     UnsupportedFilterError,
 )
-from fastrag.filters import And, Comparison, Filter, FilterLike, Not, Or, combine_filters, parse_date, parse_filter
+from fastrag.filters import (
+    And,
+    Comparison,
+    Filter,
+    FilterLike,
+    Not,
+    Or,
+    combine_filters,
+    parse_date,
+    parse_filter,
+)
 from fastrag.models import BRANCHES, RANK, SCORE, Document
 from fastrag.vector_store._metadata import epoch_micros, is_number
-from fastrag.vector_store._validation import check_embeddings, check_k, check_query_vector, check_unique_ids
+from fastrag.vector_store._validation import (
+    check_embeddings,
+    check_k,
+    check_query_vector,
+    check_unique_ids,
+)
 
 if TYPE_CHECKING:
     from qdrant_client import models as qmodels
@@ -144,7 +159,7 @@ def _path(key: str, kind: str) -> str:
     return f"{SHADOW_FIELD}.{_encode_key(key)}.{kind}"
 
 
-def _number_text(value: int | float) -> str:
+def _number_text(value: float) -> str:
     """Canonical decimal form: equal numbers (``2020``, ``2020.0``) give the same string, others differ."""
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else repr(value)
@@ -335,7 +350,7 @@ def _comparison(m: Any, node: Comparison, path: str) -> Any:
     raise UnsupportedFilterError(f"unknown operator {op!r}", path=path)  # unreachable
 
 
-def _native_filter(m: Any, filter: Any) -> Any:  # noqa: A002
+def _native_filter(m: Any, filter: Any) -> Any:
     """A ``models.Filter`` passes through unchanged; anything else is a fastrag filter and is translated."""
     if filter is None:
         return None
@@ -355,7 +370,10 @@ def _and(m: Any, *filters: Any) -> Any:
 
 
 def _is_unavailable(exc: BaseException) -> bool:
-    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+    from qdrant_client.http.exceptions import (
+        ResponseHandlingException,
+        UnexpectedResponse,
+    )
 
     if isinstance(exc, ResponseHandlingException | ConnectionError | TimeoutError):
         return True
@@ -615,7 +633,7 @@ class QdrantVectorStore:
                 await self._client.close()
             else:
                 await anyio.to_thread.run_sync(self._close_sync)
-        except Exception as exc:  # noqa: BLE001 - closing must not mask the caller's own error
+        except Exception as exc:
             raise BackendError(f"closing the client failed: {_describe(exc)}", store=self.name) from exc
 
     def _close_sync(self) -> None:
@@ -682,6 +700,7 @@ class QdrantVectorStore:
         self._check_setting("analyzer_language", meta.get("analyzer_language"), self.analyzer.language or "none")
         self._check_setting("enable_bm25", meta.get("enable_bm25"), self._want_bm25)
         self.enable_bm25 = bool(meta.get("enable_bm25"))
+        await self._check_analysis(meta)
         stored_model = meta.get("embedding_model")
         self._check_setting("embedding_model", stored_model, self.embedding_model)
         self._meta = dict(meta)
@@ -690,6 +709,24 @@ class QdrantVectorStore:
             await self._write_meta()
         elif self.embedding_model is None:
             self.embedding_model = stored_model
+
+    async def _check_analysis(self, meta: dict[str, Any]) -> None:
+        """Refuse a BM25 collection whose terms were made by another text analysis (issue 14): its postings
+        would not match this fastrag's query terms. A collection without the key predates the record
+        (analysis version 1); one without points is simply stamped with the current analysis."""
+        stored = meta.get("analysis", "fastrag-analysis/1")
+        signature = self.analyzer.signature
+        if not self.enable_bm25 or stored == signature:
+            return
+        result = await self._call("count", collection_name=self.collection, exact=True)
+        if int(result.count):
+            raise ConfigurationError(
+                f"{self.name}: the collection's BM25 terms were made by {stored}, this fastrag analyses text by "
+                f"{signature}, so keyword search would miss words; index the documents again into a new "
+                f"collection (`fastrag index PATHS --store <a new qdrant collection URL>`, or upsert them from Python)"
+            )
+        meta["analysis"] = signature
+        await self._call("update_collection", collection_name=self.collection, metadata={"fastrag": meta})
 
     def _check_setting(self, key: str, stored: Any, wanted: Any) -> None:
         if wanted is not None and stored is not None and stored != wanted:
@@ -707,6 +744,7 @@ class QdrantVectorStore:
         self._meta = {
             "schema": SCHEMA_VERSION,
             "analyzer_language": self.analyzer.language or "none",
+            "analysis": self.analyzer.signature,
             "enable_bm25": self.enable_bm25,
             "embedding_model": self.embedding_model,
         }
@@ -760,7 +798,7 @@ class QdrantVectorStore:
 
     # ------------------------------------------------------------------ filters
 
-    def _filter(self, filter: FilterLike | Any | None, ids: Sequence[str] | None = None) -> Any:  # noqa: A002
+    def _filter(self, filter: FilterLike | Any | None, ids: Sequence[str] | None = None) -> Any:
         """The Qdrant filter for ``filter`` (fastrag or native) AND-ed with ``ids``; translated before any call."""
         m = self._models
         id_condition = None
@@ -828,7 +866,7 @@ class QdrantVectorStore:
         text = f"{title}\n{doc.content}" if isinstance(title, str) and title else doc.content
         return self.analyzer.analyze(text)
 
-    async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | Any | None = None) -> int:  # noqa: A002
+    async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | Any | None = None) -> int:
         """Delete documents; return how many were removed.
 
         The matching point ids are read first (a scroll), then exactly those points are deleted in one
@@ -880,7 +918,7 @@ class QdrantVectorStore:
             if offset is None:
                 return points
 
-    async def count(self, *, filter: FilterLike | Any | None = None) -> int:  # noqa: A002
+    async def count(self, *, filter: FilterLike | Any | None = None) -> int:
         """How many documents the store holds, or how many match ``filter`` (fastrag or native)."""
         qfilter = self._filter(filter)
         if not await self._ready():
@@ -889,7 +927,7 @@ class QdrantVectorStore:
         return int(result.count)
 
     async def get(
-        self, *, ids: Sequence[str] | None = None, filter: FilterLike | Any | None = None, limit: int | None = None  # noqa: A002
+        self, *, ids: Sequence[str] | None = None, filter: FilterLike | Any | None = None, limit: int | None = None
     ) -> list[Document]:
         """Documents with these ``ids`` and/or matching ``filter`` (all when neither), in id order.
 
@@ -904,7 +942,7 @@ class QdrantVectorStore:
         return docs if limit is None else docs[:limit]
 
     async def search_vector(
-        self, embedding: np.ndarray, *, k: int, filter: FilterLike | Any | None = None  # noqa: A002
+        self, embedding: np.ndarray, *, k: int, filter: FilterLike | Any | None = None
     ) -> list[Document]:
         """Cosine k-NN among documents matching ``filter`` (applied inside Qdrant, before ranking).
 
@@ -938,7 +976,7 @@ class QdrantVectorStore:
         scored = await self._query_top(k, query=query.tolist(), using=DENSE, query_filter=qfilter)
         return [d.ranked(score=min(1.0, max(-1.0, s)), rank=r) for r, (s, d) in enumerate(scored)]
 
-    async def search_text(self, query: str, *, k: int, filter: FilterLike | Any | None = None) -> list[Document]:  # noqa: A002
+    async def search_text(self, query: str, *, k: int, filter: FilterLike | Any | None = None) -> list[Document]:
         """BM25 (Qdrant's text-index scoring, k1 = 1.2, b = 0.75) over ``title`` + ``content``.
 
         Args:
@@ -1039,7 +1077,7 @@ class QdrantHybridRetriever:
         rank_constant: int = 60,
         weights: Mapping[str, float] | None = None,
         candidate_k: int = 40,
-        filter: FilterLike | Any | None = None,  # noqa: A002
+        filter: FilterLike | Any | None = None,
     ) -> None:
         if not isinstance(store, QdrantVectorStore):
             raise InvalidParameterError(f"store must be a QdrantVectorStore, got {type(store).__name__}")
@@ -1071,7 +1109,7 @@ class QdrantHybridRetriever:
             f"weights={self.weights!r}, candidate_k={self.candidate_k})"
         )
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | Any | None = None) -> list[Document]:  # noqa: A002
+    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | Any | None = None) -> list[Document]:
         """Up to ``k`` fused documents for ``query`` matching both filters, best first.
 
         Returns:

@@ -44,6 +44,9 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
   an older state than the cache derives its own view. So a read never scores with another state's data.
 - **Old files**: a store written by fastrag before this layout (schema 2: one postings row per term and
   document) is migrated in place when opened, in one transaction (an interruption leaves the old file).
+  A store whose postings were made by another text analysis (meta ``analysis``, see
+  :attr:`~fastrag.analysis.Analyzer.signature`; absent before issue 14) is re-analysed from its stored
+  documents when opened, in one transaction, with a warning on logger ``fastrag.vector_store``.
 - **Errors**: a busy or locked database (another process holds the write lock past the 5 s busy timeout)
   raises :class:`~fastrag.errors.TransientBackendError`, which :mod:`fastrag.retry` may retry; any other
   SQLite failure raises :class:`~fastrag.errors.BackendError`. Text that is not valid Unicode (a lone
@@ -55,10 +58,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import sqlite3
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -68,7 +73,7 @@ from typing import Any, TypeVar
 import anyio
 import numpy as np
 
-from fastrag.analysis import Analyzer
+from fastrag.analysis import Analyzer, primary_language
 from fastrag.deferred import rows_deferred
 from fastrag.errors import (
     BackendError,
@@ -82,7 +87,12 @@ from fastrag.filters import Filter, FilterLike, matches, parse_filter
 from fastrag.models import Document, owned_document
 from fastrag.retrieval._validation import check_positive_int
 from fastrag.vector_store._metadata import metadata_json
-from fastrag.vector_store._validation import check_dimension, check_k, check_query_vector, check_unique_ids
+from fastrag.vector_store._validation import (
+    check_dimension,
+    check_k,
+    check_query_vector,
+    check_unique_ids,
+)
 from fastrag.vector_store.sqlite import lexical, snapshot
 from fastrag.vector_store.sqlite.columns import Column, filter_mask
 from fastrag.vector_store.sqlite.rows import (
@@ -110,6 +120,8 @@ from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
 
 __all__ = ["SQLiteVectorStore"]
 
+logger = logging.getLogger("fastrag.vector_store")
+
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
 _BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLITE_BUSY
 _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
@@ -117,6 +129,10 @@ _VECTOR_INDEXES = ("exact", "hnsw", "pq")
 _ANN_SAVE_EVERY = 0.05  # save the ANN index again once vectors added since its last save pass this share
 T = TypeVar("T")
 
+
+
+def _languages_of(value: str) -> tuple[str, ...]:
+    return tuple(json.loads(value))
 
 
 class SQLiteVectorStore:
@@ -221,6 +237,8 @@ class SQLiteVectorStore:
             self.embedding_model: str | None = self._check_meta("embedding_model", embedding_model, str)
             self._check_meta("analyzer_language", self.analyzer.language or "none", str)
             self._per_language = self._language_analysis()
+            self._check_analysis()
+            self._stored_languages(self._conn)  # recorded once for a file from before the record
             self._store_id = self._check_meta("store_id", None, str) or self._new_store_id()
         except BaseException:
             self._conn.close()
@@ -305,6 +323,128 @@ class SQLiteVectorStore:
         mode = "store" if legacy else "per_document"
         self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('language_analysis', ?)", (mode,))
         return mode == "per_document"
+
+    def _check_analysis(self) -> None:
+        """Re-analyse the stored documents when their postings were made by another analysis.
+
+        The file records :attr:`Analyzer.signature <fastrag.analysis.Analyzer.signature>` (meta
+        ``analysis``; a file without it was written before issue 14, by analysis version 1). When the
+        signature differs and the store holds documents, every document is analysed again from its stored
+        content and metadata and the BM25 lengths and segments are rewritten, in one transaction (an
+        interruption leaves the old index), with a warning on logger ``fastrag.vector_store`` saying so
+        and how long it took: about the time of indexing the text again, without embedding it.
+        """
+        signature = self.analyzer.signature
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'analysis'").fetchone()
+        if row is not None and row[0] == signature:
+            return
+        if self._conn.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is None:
+            self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('analysis', ?)", (signature,))
+            return
+        started = time.perf_counter()
+        count = self._reanalyse(signature)
+        if count:
+            logger.warning(
+                "%s: the BM25 index was made by %s; re-analysed its %d documents with %s in %.1f s",
+                self.path, row[0] if row else "fastrag-analysis/1", count, signature, time.perf_counter() - started,
+            )
+
+    def _reanalyse(self, signature: str) -> int:
+        """Rewrite every block's BM25 lengths and every segment from the documents analysed anew (one
+        transaction); returns how many documents were analysed (0 when another process just did it)."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'analysis'").fetchone()
+            if row is not None and row[0] == signature:
+                conn.execute("ROLLBACK")
+                return 0
+            dim = meta_int(conn, "dimension", 0)
+            keys, vectors, flags = [], [], []
+            for rows_b, vectors_b, flags_b in conn.execute("SELECT rows, vectors, has_vector FROM blocks ORDER BY id"):
+                rows = np.frombuffer(rows_b, dtype="<i4")
+                keys.append(rows)
+                if vectors_b is None:
+                    vectors.append(np.zeros((len(rows), dim), dtype=np.float32))
+                    flags.append(np.zeros(len(rows), dtype=bool))
+                else:
+                    vectors.append(np.frombuffer(vectors_b, dtype="<f4").reshape(len(rows), -1))
+                    flags.append(np.ones(len(rows), dtype=bool) if flags_b is None
+                                 else np.frombuffer(flags_b, dtype=np.uint8).astype(bool))
+            key = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int32)
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            matrix = np.concatenate(vectors)[order] if keys else np.zeros((0, dim), dtype=np.float32)
+            has = np.concatenate(flags)[order] if keys else np.zeros(0, dtype=bool)
+            for table in ("blocks", "postings", "segments", "tombstones"):
+                conn.execute(f"DELETE FROM {table}")
+            count = 0
+            cursor = conn.execute("SELECT rowid, id, content, metadata FROM documents ORDER BY rowid")
+            while batch := cursor.fetchmany(BLOCK_ROWS):
+                rowids = np.array([r[0] for r in batch], dtype=np.int64)
+                counts = [
+                    Counter(self._index_terms(Document(id=i, content=c, metadata=json.loads(m)))) for _, i, c, m in batch
+                ]
+                at = np.minimum(np.searchsorted(key, rowids), max(len(key) - 1, 0))
+                found = (key[at] == rowids) if len(key) else np.zeros(len(rowids), dtype=bool)
+                block_has = has[at] & found if len(key) else found
+                block_vectors = matrix[at] if dim and len(key) else None
+                if block_vectors is not None:
+                    block_vectors = np.where(block_has[:, None], block_vectors, np.float32(0.0))
+                conn.execute(
+                    "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
+                    snapshot.encode_block(rowids, np.array([c.total() for c in counts], dtype=np.int64),
+                                          block_vectors, block_has),
+                )
+                lexical.write_segment(conn, rowids.tolist(), counts, level=8)  # a level small writes reach late
+                count += len(batch)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('analysis', ?)", (signature,))
+            conn.execute(BUMP_SQL)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return count
+
+    def _language_key(self, language: object) -> str:
+        """How a document's language is recorded among the store's languages: the code whose analysis it
+        got (``""`` for the store's own analyzer)."""
+        if not self._per_language:
+            return ""
+        analyzer = self.analyzer.for_language(language)  # type: ignore[arg-type]
+        return "" if analyzer is self.analyzer else str(primary_language(language))
+
+    def _stored_languages(self, conn: sqlite3.Connection) -> tuple[str, ...]:
+        """The recorded languages of the stored documents (meta ``languages``, a JSON list: ``""`` is the
+        store's own analyzer). Recorded by every write; a store written before the record lists its
+        documents' languages once, here (one scan of their metadata)."""
+        row = conn.execute("SELECT value FROM meta WHERE key = 'languages'").fetchone()
+        if row is not None:
+            return _languages_of(row[0])
+        found = {
+            self._language_key(value)
+            for (value,) in conn.execute("SELECT DISTINCT json_extract(metadata, '$.language') FROM documents")
+        }
+        if not conn.execute("PRAGMA query_only").fetchone()[0]:
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('languages', ?)", (json.dumps(sorted(found)),))
+        return tuple(sorted(found))
+
+    async def languages(self) -> tuple[str, ...]:
+        """The languages the stored documents were analysed in (ISO 639-1 codes from their
+        ``metadata["language"]``, sorted; ``""`` stands for documents analysed by the store's own analyzer:
+        no language, one without analysis of its own, or a store without per-language analysis). A
+        language stays listed after its last document is deleted."""
+        return await self._read(lambda conn, snap: self._stored_languages(conn))
+
+    def _query_analyzers(self, conn: sqlite3.Connection, language: str | None) -> list[Analyzer]:
+        """The analyses a question goes through: its language's when given; else each language the store
+        holds (issue 14: never English only against documents stemmed otherwise)."""
+        if language is not None or not self._per_language:
+            return [self._analyzer_for(language)]
+        held = self._stored_languages(conn)
+        analyzers = {id(a): a for a in (self.analyzer.for_language(code or None) for code in held)}
+        return list(analyzers.values()) or [self.analyzer]
 
     def _analyzer_for(self, language: object) -> Analyzer:
         """The analysis for text in ``language`` (the store's own when ``None`` or per-language analysis is off)."""
@@ -519,7 +659,8 @@ class SQLiteVectorStore:
             return [Counter(self._index_terms(d)) for d in docs]
 
         counts = await anyio.to_thread.run_sync(analyse)
-        await self._run(self._upsert_sync, rows, counts, matrix)
+        languages = {self._language_key(d.metadata.get("language")) for d in docs}
+        await self._run(self._upsert_sync, rows, counts, matrix, languages)
 
     def _index_terms(self, doc: Document) -> list[str]:
         """BM25 terms of a document: its title, its section headings (below the title) and its content."""
@@ -544,10 +685,18 @@ class SQLiteVectorStore:
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
-    def _upsert_sync(self, rows: list[tuple[str, str, str]], counts: list[Counter[str]], matrix: np.ndarray | None) -> None:
+    def _upsert_sync(
+        self, rows: list[tuple[str, str, str]], counts: list[Counter[str]], matrix: np.ndarray | None,
+        languages: set[str] | None = None,
+    ) -> None:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if languages:
+                known = set(self._stored_languages(conn))
+                if not languages <= known:
+                    conn.execute("INSERT OR REPLACE INTO meta VALUES ('languages', ?)",
+                                 (json.dumps(sorted(known | languages)),))
             if matrix is not None:
                 stored = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
                 check_dimension(matrix.shape[1], int(stored[0]) if stored else None, store=self.path, what="embeddings have")
@@ -658,7 +807,7 @@ class SQLiteVectorStore:
             conn.execute("ROLLBACK")
             raise
 
-    async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:  # noqa: A002
+    async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:
         """Delete documents in one transaction; return how many were removed.
 
         Args:
@@ -707,7 +856,7 @@ class SQLiteVectorStore:
 
     # ------------------------------------------------------------------ reads
 
-    async def count(self, *, filter: FilterLike | None = None) -> int:  # noqa: A002
+    async def count(self, *, filter: FilterLike | None = None) -> int:
         """How many documents the store holds, or how many match ``filter``.
 
         Raises:
@@ -721,7 +870,7 @@ class SQLiteVectorStore:
         return await self._read(count)
 
     async def get(
-        self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None, limit: int | None = None  # noqa: A002
+        self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None, limit: int | None = None
     ) -> list[Document]:
         """Documents with these ``ids`` and/or matching ``filter`` (all when neither), in id order.
 
@@ -757,7 +906,7 @@ class SQLiteVectorStore:
         return [Document(id=i, content=c, metadata=json.loads(m)) for i, c, m in rows]
 
     async def search_text(
-        self, query: str, *, k: int, filter: FilterLike | None = None, language: str | None = None  # noqa: A002
+        self, query: str, *, k: int, filter: FilterLike | None = None, language: str | None = None
     ) -> list[Document]:
         """BM25 search: the ``k`` best documents sharing at least one analysed term with ``query``.
 
@@ -766,8 +915,11 @@ class SQLiteVectorStore:
             k: how many documents at most (an int > 0).
             filter: only documents matching it are ranked (applied before the top-k cut).
             language: the question's language (ISO 639-1, e.g. ``"de"``): the question is stemmed as
-                documents in that language were. ``None``: the store's analyzer (English by default).
-                Documents in every language are searched either way.
+                documents in that language were. ``None``: the question is analysed in each language
+                the store's documents were analysed in (:meth:`languages`; only the store's analyzer,
+                English by default, when no document has a language of its own) and the terms of all
+                these analyses are searched together, each term once. Documents in every language are
+                searched either way.
 
         Returns:
             Copies best first, with ``score`` = BM25 (unbounded, > 0 for any match, higher is better) and
@@ -785,23 +937,22 @@ class SQLiteVectorStore:
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         if language is not None and not isinstance(language, str):
             raise InvalidParameterError(f"language must be None or a language code, got {language!r}")
-        analyzer = self._analyzer_for(language)
         node = parse_filter(filter)
         # the question is analysed in the worker thread too: stemming stays off the event loop, and the
         # other branch of a hybrid can start meanwhile
-        return await self._read(self._search_text_sync, analyzer, query, k, node, not rows_deferred(self))
+        return await self._read(self._search_text_sync, language, query, k, node, not rows_deferred(self))
 
     def _search_text_sync(
         self,
         conn: sqlite3.Connection,
         snap: Snapshot,
-        analyzer: Analyzer,
+        language: str | None,
         query: str,
         k: int,
         node: Filter | None,
         rows: bool = True,
     ) -> list[Document]:
-        terms = sorted(set(analyzer.analyze(query, for_query=True)))
+        terms = sorted({t for a in self._query_analyzers(conn, language) for t in a.analyze(query, for_query=True)})
         if not terms or not snap.segments or not snap.n_live:
             return []
         lists = self._postings.lists(conn, snap.segments, terms, snap.norms, snap.avgdl)
@@ -816,7 +967,7 @@ class SQLiteVectorStore:
         return ranked_rows(conn, scores, candidates, k, rows=rows) if len(candidates) else []
 
     async def search_vector(
-        self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None  # noqa: A002
+        self, embedding: np.ndarray, *, k: int, filter: FilterLike | None = None
     ) -> list[Document]:
         """Exact cosine k-NN among documents matching ``filter`` (applied before ranking).
 
