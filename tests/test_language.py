@@ -543,7 +543,10 @@ async def test_documents_are_stemmed_in_their_language_and_queries_in_theirs() -
         # German stemming on both sides: "Haus" and "Häuser" share the stem "haus"
         assert [d.id for d in await store.search_text("Haus", k=5, language="de")] == ["de"]
         assert [d.id for d in await store.search_text("Häuser", k=5, language="de")] == ["de"]
-        assert await store.search_text("Häuser", k=5) == []  # English analysis of the question: "häuser"
+        # English analysis of the question ("häuser") misses the German stem; without a language the
+        # question is analysed in each language the store holds (issue 14), German included
+        assert await store.search_text("Häuser", k=5, language="en") == []
+        assert [d.id for d in await store.search_text("Häuser", k=5)] == ["de"]
         assert [d.id for d in await store.search_text("Москва", k=5, language="ru")] == ["ru"]
         # documents without a language: English, as before
         assert [d.id for d in await store.search_text("runs", k=5)] == ["en"]
@@ -582,7 +585,9 @@ async def test_a_store_from_before_per_language_analysis_keeps_its_analysis(tmp_
 async def test_bm25_retriever_passes_the_language_or_the_detected_one() -> None:
     async with SQLiteVectorStore(":memory:") as store:
         await store.upsert([Document(id="de", content="Die Häuser am Fluss", metadata={"language": "de"})])
-        assert await BM25Retriever(store=store).retrieve("wie ist das Häuser") == []
+        assert await BM25Retriever(store=store, language="en").retrieve("wie ist das Häuser") == []
+        # no language: analysed in the store's languages (here German only), not as English
+        assert [d.id for d in await BM25Retriever(store=store).retrieve("wie ist das Häuser")] == ["de"]
         assert [d.id for d in await BM25Retriever(store=store, language="de").retrieve("Häuser")] == ["de"]
         detector = WordDetector()
         assert [d.id for d in await BM25Retriever(store=store, detector=detector).retrieve("wie ist das Häuser")] == ["de"]
