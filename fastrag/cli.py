@@ -3,11 +3,13 @@
 Exit codes: 0 success (including a search that matched nothing, or a question with no sources, which say
 so); 1 invalid input (a bad filter, regex, parameter or setting, or no LLM configured for ``ask``) or files
 that failed to index; 2 command-line usage error; 3 the store failed or cannot be opened (the message
-names the store; ``ask`` then never calls the LLM); 4 the LLM endpoint failed (``ask``).
+names the store; ``ask`` then never calls the LLM), or a remote embedding endpoint failed (the message names
+it); 4 the LLM endpoint failed (``ask``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,7 +20,18 @@ from typing import Any, NoReturn, TypeVar
 import anyio
 import click
 
-from fastrag.config import MODES, RERANKERS, Settings, load_settings, open_embedder, open_reranker, open_stores
+from fastrag.config import (
+    EMBEDDERS,
+    MODES,
+    RERANKERS,
+    Settings,
+    embedding_cache_path,
+    load_settings,
+    open_embedder,
+    open_reranker,
+    open_stores,
+    split_embedder_name,
+)
 from fastrag.errors import BackendError, ConfigurationError, FastragError
 from fastrag.models import TITLE, Document
 
@@ -50,7 +63,9 @@ def _run(fn: Callable[[], Awaitable[T]], store_url: str | None = None) -> T:
 
 def _store_failed(exc: BackendError, store_url: str | None) -> NoReturn:
     message = str(exc) if exc.store else f"{store_url or 'store'}: {exc}"
-    click.echo(f"error: store failed: {message}", err=True)
+    # a remote embedder's errors name its endpoint ({base_url}/embeddings, Cohere's .../v2/embed)
+    what = "embedding endpoint" if (exc.store or "").endswith(("/embeddings", "/v2/embed")) else "store"
+    click.echo(f"error: {what} failed: {message}", err=True)
     sys.exit(EXIT_STORE)
 
 
@@ -79,6 +94,46 @@ def _settings(overrides: dict[str, Any]) -> Settings:
         sys.exit(EXIT_INVALID)
 
 
+_EMBEDDER_SETTINGS = (
+    "embedder", "embedder_base_url", "embedder_dimensions", "embedder_query_prefix", "embedder_document_prefix",
+    "embedder_batch_size", "embedder_max_concurrency",
+)
+
+
+def _embedder_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the embedder options to a command; it receives them as one ``embedder_options`` dict (settings
+    overrides, ``None`` where not given). Put it right above the ``def``."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        options = {key: kwargs.pop(key) for key in _EMBEDDER_SETTINGS}
+        return command(*args, embedder_options=options, **kwargs)
+
+    decorators = [
+        click.option("--embedder", type=click.Choice(EMBEDDERS),
+                     help="The embedding model family (or FASTRAG_EMBEDDER; default: model2vec, or for search "
+                          "and ask the one the store recorded). openai: any /v1/embeddings endpoint; cohere: "
+                          "Cohere's API; sentence-transformers: a local model (default all-MiniLM-L6-v2)."),
+        click.option("--embedder-base-url", help="openai/cohere: the API's base URL, e.g. http://localhost:8080/v1 "
+                                                 "(or FASTRAG_EMBEDDER_BASE_URL; key from FASTRAG_EMBEDDER_API_KEY)."),
+        click.option("--embedder-dimensions", type=click.IntRange(min=1),
+                     help="openai/cohere: ask the model for vectors of this width."),
+        click.option("--query-prefix", "embedder_query_prefix",
+                     help="openai/sentence-transformers: text put before every query (e.g. 'query: ' for E5)."),
+        click.option("--document-prefix", "embedder_document_prefix",
+                     help="openai/sentence-transformers: text put before every document (e.g. 'passage: ')."),
+        click.option("--embedder-batch-size", type=click.IntRange(min=1), help="Texts per request or forward pass."),
+        click.option("--embedder-max-concurrency", type=click.IntRange(min=1), help="Batches in flight at once."),
+    ]
+    for decorator in reversed(decorators):
+        wrapper = decorator(wrapper)
+    return wrapper
+
+
+def _embedder_kind(embedder: Any) -> str:
+    return split_embedder_name(getattr(embedder, "name", None))[0] or "model2vec"
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fastrag-retrieval")
 def main() -> None:
@@ -91,31 +146,48 @@ def main() -> None:
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--store", "store_url", help="Store URL (default: sqlite:///.fastrag/fastrag.db, or FASTRAG_STORE).")
-@click.option("--model", "model", help="Model2Vec model folder or name (default: the shipped static model).")
+@click.option("--model", "model", help="The embedder's model: a Model2Vec folder or name (default: the shipped "
+                                       "static model), an API's model name, a sentence-transformers folder or package.")
+@click.option("--embedding-cache", "embedding_cache",
+              help="Reuse embeddings by model and text from this SQLite file ('off': none; default: "
+                   "embedding-cache.db beside a SQLite store, for embedders other than model2vec).")
 @click.option("--chunk-size", default=1000, show_default=True, help="Chunk size in characters.")
 @click.option("--chunk-overlap", type=int, help="Chunk overlap in characters (default: 100, or a tenth of a --chunk-size under 1000).")
 @click.option("--prune", is_flag=True, help="Remove chunks of files under PATHS that no longer exist.")
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
-def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chunk_size: int,
-          chunk_overlap: int | None, prune: bool, lexical_store_url: str | None) -> None:
+@_embedder_options
+def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, embedding_cache: str | None,
+          chunk_size: int, chunk_overlap: int | None, prune: bool, lexical_store_url: str | None,
+          embedder_options: dict[str, Any]) -> None:
     """Index .txt, .md, .html, .pdf, .docx files and BEIR corpus.jsonl files under PATHS (folders are walked).
 
     PDF and Word files need their extras (pip install "fastrag-retrieval[pdf,docx]"); one that cannot be
     read (encrypted, scanned without a text layer, malformed) is named with the reason and skipped.
     """
-    from fastrag.ingestion import Chunker, IngestionPipeline
+    from fastrag.ingestion import CachedEmbedder, Chunker, EmbeddingCache, IngestionPipeline
 
-    settings = _settings({"store": store_url, "embedding_model": model, "lexical_store": lexical_store_url})
+    settings = _settings({"store": store_url, "embedding_model": model, "lexical_store": lexical_store_url,
+                          "embedding_cache": embedding_cache, **embedder_options})
+    cache_note: list[str] = []
 
     async def go() -> Any:
         overlap = chunk_overlap if chunk_overlap is not None else min(100, max(chunk_size, 0) // 10)
         chunker = Chunker(chunk_size=chunk_size, chunk_overlap=overlap)
-        async with open_embedder(settings.embedding_model) as embedder:
-            async with open_stores(settings, embedding_model=embedder.name) as (store, lexical):
-                pipeline = IngestionPipeline(embedder=embedder, vector_store=store, lexical_store=lexical,
-                                             chunker=chunker)
-                return await pipeline.run(list(paths), prune=prune), await store.count()
+        async with AsyncExitStack() as stack:
+            embedder = await stack.enter_async_context(open_embedder(settings.embedding_model, settings=settings))
+            store, lexical = await stack.enter_async_context(open_stores(settings, embedding_model=embedder.name))
+            cache_path = embedding_cache_path(settings, embedder_kind=_embedder_kind(embedder))
+            if cache_path is not None:
+                cache = await stack.enter_async_context(EmbeddingCache(cache_path))
+                embedder = CachedEmbedder(embedder, cache)
+            pipeline = IngestionPipeline(embedder=embedder, vector_store=store, lexical_store=lexical,
+                                         chunker=chunker)
+            report = await pipeline.run(list(paths), prune=prune)
+            if isinstance(embedder, CachedEmbedder):
+                cache_note.append(f"embedding cache: {embedder.hits} chunk vectors reused, {embedder.misses} "
+                                  f"embedded ({cache_path})")
+            return report, await store.count()
 
     report, total = _run(go, settings.store)
     click.echo(
@@ -123,6 +195,8 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, chu
         f"{report.files_skipped} skipped, {len(report.errors)} failed, {report.files_pruned} pruned; "
         f"the store holds {total} chunks ({settings.store})"
     )
+    for note in cache_note:
+        click.echo(note)
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
     for error in report.errors:
@@ -155,7 +229,9 @@ async def _open_retriever(
         store, lexical = await stack.enter_async_context(open_stores(settings, create=False))
         embedder = None
         if settings.mode != "keyword":
-            embedder = await stack.enter_async_context(open_embedder(settings.embedding_model or store.embedding_model))
+            embedder = await stack.enter_async_context(
+                open_embedder(settings.embedding_model or store.embedding_model, settings=settings)
+            )
             if store.embedding_model and embedder.name != store.embedding_model:
                 # the same refusal as `fastrag index`: query vectors of another model are meaningless here
                 raise ConfigurationError(
@@ -168,7 +244,8 @@ async def _open_retriever(
         )
         if rerank != "none":
             reranker = await stack.enter_async_context(
-                open_reranker(rerank, rerank_model, embedding_model=settings.embedding_model or store.embedding_model)
+                open_reranker(rerank, rerank_model, embedding_model=embedder.name if embedder is not None else
+                              settings.embedding_model or store.embedding_model)
             )
             retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=candidate_k)
         yield retriever
@@ -194,14 +271,17 @@ async def _open_retriever(
                    "(required); cohere: the model (default rerank-v3.5).")
 @click.option("--candidate-k", default=40, show_default=True, type=click.IntRange(min=1),
               help="First-stage candidates the reranker reads (with --rerank).")
+@click.option("--model", "model", help="The embedder's model (default: the one the store recorded).")
+@_embedder_options
 def search(query: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
            include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
            as_json: bool, lexical_store_url: str | None, rerank: str, rerank_model: str | None,
-           candidate_k: int) -> None:
+           candidate_k: int, model: str | None, embedder_options: dict[str, Any]) -> None:
     """Search the index for QUERY and print the best documents."""
     from fastrag.filters import parse_filter
 
-    settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url})
+    settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url,
+                          "embedding_model": model, **embedder_options})
 
     async def go() -> list[Document]:
         node = parse_filter(filter_json)
@@ -245,9 +325,12 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @click.option("--llm-base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (or FASTRAG_LLM_BASE_URL).")
 @click.option("--llm-model", help="The model the endpoint serves (or FASTRAG_LLM_MODEL).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer, its status, citations and sources as JSON.")
+@click.option("--model", "model", help="The embedder's model (default: the one the store recorded).")
+@_embedder_options
 def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
         lexical_store_url: str | None, rerank: str, rerank_model: str | None, candidate_k: int,
-        llm_base_url: str | None, llm_model: str | None, as_json: bool) -> None:
+        llm_base_url: str | None, llm_model: str | None, as_json: bool, model: str | None,
+        embedder_options: dict[str, Any]) -> None:
     """Answer QUESTION with an LLM from the indexed documents, citing them as [n].
 
     Needs an OpenAI-compatible chat-completions endpoint (--llm-base-url and --llm-model, or
@@ -261,7 +344,8 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
     from fastrag.querying import QueryEngine, retrieve_with_status
 
     settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url,
-                          "llm_base_url": llm_base_url, "llm_model": llm_model})
+                          "llm_base_url": llm_base_url, "llm_model": llm_model, "embedding_model": model,
+                          **embedder_options})
     if not settings.llm_base_url or not settings.llm_model:
         click.echo("error: `fastrag ask` needs an LLM endpoint: set --llm-base-url and --llm-model (or "
                    "FASTRAG_LLM_BASE_URL and FASTRAG_LLM_MODEL) to an OpenAI-compatible chat-completions server",
@@ -324,7 +408,10 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
 @click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid).")
 @click.option("--top-k", default=100, show_default=True, help="Documents retrieved per query (>= 100 for Recall@100).")
 @click.option("--store", "store_url", help="Index into this store instead of a temporary one.")
-@click.option("--model", "model", help="Model2Vec model folder or name (default: the shipped static model).")
+@click.option("--model", "model", help="The embedder's model (as for index; default: the embedder's default).")
+@click.option("--embedding-cache", "embedding_cache",
+              help="Reuse corpus embeddings by model and text from this SQLite file ('off': none; default: "
+                   "embedding-cache.db beside --store when given, for embedders other than model2vec).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"ndcg@10", "recall@100", "mrr@10"} as JSON.')
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
@@ -332,9 +419,10 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
               help="Rerank each query's --top-k candidates: bi-encoder cosine (embedder) or a cross-encoder.")
 @click.option("--rerank-model",
               help="embedder: a Model2Vec model (default: --model's); cross-encoder: a local model folder (required).")
+@_embedder_options
 def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url: str | None,
-          model: str | None, as_json: bool, lexical_store_url: str | None, rerank: str,
-          rerank_model: str | None) -> None:
+          model: str | None, embedding_cache: str | None, as_json: bool, lexical_store_url: str | None, rerank: str,
+          rerank_model: str | None, embedder_options: dict[str, Any]) -> None:
     """Evaluate retrieval on a BEIR dataset folder: nDCG@10, Recall@100, MRR@10."""
     import tempfile
 
@@ -343,15 +431,26 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
     if top_k < 100:
         click.echo(f"error: --top-k must be at least 100 to report Recall@100, got {top_k}", err=True)
         sys.exit(EXIT_INVALID)
-    settings = _settings({"mode": mode, "embedding_model": model, "lexical_store": lexical_store_url})
+    settings = _settings({"mode": mode, "embedding_model": model, "lexical_store": lexical_store_url,
+                          "embedding_cache": embedding_cache, **embedder_options})
 
     async def go() -> dict[str, float]:
         with tempfile.TemporaryDirectory(prefix="fastrag-eval-") as tmp:
             url = store_url or f"sqlite:///{tmp}/eval.db"
-            return await evaluate_beir(dataset_dir, split=split, mode=settings.mode, top_k=top_k, store_url=url,
-                                       embedding_model=settings.embedding_model,
-                                       lexical_store_url=settings.lexical_store, rerank=rerank,
-                                       rerank_model=rerank_model)
+            async with AsyncExitStack() as stack:
+                embedder = None
+                if settings.mode != "keyword":
+                    embedder = await stack.enter_async_context(open_embedder(settings.embedding_model, settings=settings))
+                cache_path = None
+                if embedder is not None and (store_url or settings.embedding_cache):
+                    from dataclasses import replace
+
+                    cache_path = embedding_cache_path(replace(settings, store=url), embedder_kind=_embedder_kind(embedder))
+                return await evaluate_beir(dataset_dir, split=split, mode=settings.mode, top_k=top_k, store_url=url,
+                                           embedding_model=embedder.name if embedder is not None else None,
+                                           embedder=embedder, embedding_cache=cache_path,
+                                           lexical_store_url=settings.lexical_store, rerank=rerank,
+                                           rerank_model=rerank_model)
 
     scores = _run(go, store_url)
     report = {key: scores[key] for key in ("ndcg@10", "recall@100", "mrr@10")}

@@ -3,22 +3,32 @@
 Settings come, in order of precedence, from explicit arguments, environment variables, a TOML file, and
 the defaults below:
 
-=======================  ===========================  ======================================================
-setting                  environment variable         default
-=======================  ===========================  ======================================================
-``store``                ``FASTRAG_STORE``            ``sqlite:///.fastrag/fastrag.db`` (relative to the cwd)
-``embedding_model``      ``FASTRAG_EMBEDDING_MODEL``  the static model shipped in the package
-``mode``                 ``FASTRAG_MODE``             ``hybrid``
-``lexical_store``        ``FASTRAG_LEXICAL_STORE``    none: BM25 runs on ``store``
-``llm_base_url``         ``FASTRAG_LLM_BASE_URL``     none: ``fastrag ask`` needs an OpenAI-compatible endpoint
-``llm_model``            ``FASTRAG_LLM_MODEL``        none: the model name the endpoint serves
-=======================  ===========================  ======================================================
+============================  ====================================  =================================================
+setting                       environment variable                  default
+============================  ====================================  =================================================
+``store``                     ``FASTRAG_STORE``                     ``sqlite:///.fastrag/fastrag.db`` (relative to the cwd)
+``embedder``                  ``FASTRAG_EMBEDDER``                  the kind the store recorded, else ``model2vec``
+``embedding_model``           ``FASTRAG_EMBEDDING_MODEL``           the embedder's default (see :func:`open_embedder`)
+``embedder_base_url``         ``FASTRAG_EMBEDDER_BASE_URL``         the API's own (``openai``, ``cohere``)
+``embedder_dimensions``       ``FASTRAG_EMBEDDER_DIMENSIONS``       the model's own (``openai``, ``cohere``)
+``embedder_query_prefix``     ``FASTRAG_EMBEDDER_QUERY_PREFIX``     none (``openai``, ``sentence-transformers``)
+``embedder_document_prefix``  ``FASTRAG_EMBEDDER_DOCUMENT_PREFIX``  none (``openai``, ``sentence-transformers``)
+``embedder_batch_size``       ``FASTRAG_EMBEDDER_BATCH_SIZE``       the embedder class's default
+``embedder_max_concurrency``  ``FASTRAG_EMBEDDER_MAX_CONCURRENCY``  the embedder class's default
+``embedding_cache``           ``FASTRAG_EMBEDDING_CACHE``           ``embedding-cache.db`` beside a SQLite store; ``off``
+``mode``                      ``FASTRAG_MODE``                      ``hybrid``
+``lexical_store``             ``FASTRAG_LEXICAL_STORE``             none: BM25 runs on ``store``
+``llm_base_url``              ``FASTRAG_LLM_BASE_URL``              none: ``fastrag ask`` needs an OpenAI-compatible endpoint
+``llm_model``                 ``FASTRAG_LLM_MODEL``                 none: the model name the endpoint serves
+============================  ====================================  =================================================
 
-The LLM's API key is read from the environment only, never from the TOML file: ``FASTRAG_LLM_API_KEY``,
-else ``OPENAI_API_KEY`` (a local server may need none).
+API keys are read from the environment only, never from the TOML file: the LLM's from
+``FASTRAG_LLM_API_KEY``, else ``OPENAI_API_KEY`` (a local server may need none); the embedder's from
+``FASTRAG_EMBEDDER_API_KEY``, else ``OPENAI_API_KEY`` (``openai``) or ``CO_API_KEY`` (``cohere``).
 
 The TOML file is ``fastrag.toml`` in the working directory (or ``FASTRAG_CONFIG``), with the same keys
-under a ``[fastrag]`` table.
+under a ``[fastrag]`` table; values are strings, except ``embedder_dimensions``, ``embedder_batch_size`` and
+``embedder_max_concurrency``, which may be integers.
 
 Store URLs:
 
@@ -54,9 +64,11 @@ from fastrag.errors import BackendUnavailableError, ConfigurationError, InvalidP
 
 __all__ = [
     "DEFAULT_STORE_URL",
+    "EMBEDDERS",
     "MODES",
     "Settings",
     "build_retriever",
+    "embedding_cache_path",
     "open_stores",
     "load_settings",
     "open_embedder",
@@ -66,6 +78,10 @@ __all__ = [
 
 DEFAULT_STORE_URL = "sqlite:///.fastrag/fastrag.db"
 MODES = ("hybrid", "vector", "keyword")
+EMBEDDERS = ("model2vec", "openai", "sentence-transformers", "cohere")
+"""The embedder kinds :func:`open_embedder` builds (and ``--embedder`` accepts)."""
+EMBEDDING_CACHE_FILE = "embedding-cache.db"
+"""The embedding cache's file name beside a SQLite store (see :func:`embedding_cache_path`)."""
 Mode = Literal["hybrid", "vector", "keyword"]
 
 
@@ -76,7 +92,25 @@ class Settings:
     store: str = DEFAULT_STORE_URL
     """The store URL."""
     embedding_model: str | None = None
-    """A Model2Vec model folder or name; ``None``: the store's recorded model, else the shipped one."""
+    """The embedder's model (a Model2Vec folder or name, an API's model name, a sentence-transformers folder
+    or package); ``None``: the store's recorded model, else the embedder's default."""
+    embedder: str | None = None
+    """One of :data:`EMBEDDERS`; ``None``: the kind the store recorded, else ``"model2vec"``."""
+    embedder_base_url: str | None = None
+    """The base URL of an ``openai`` or ``cohere`` embedder's API (``http://localhost:8080/v1`` for TEI)."""
+    embedder_dimensions: int | None = None
+    """Vector width to ask an ``openai`` (``dimensions``) or ``cohere`` (``output_dimension``) model for."""
+    embedder_query_prefix: str | None = None
+    """Text put before every query (``openai``, ``sentence-transformers``), e.g. ``"query: "`` for E5."""
+    embedder_document_prefix: str | None = None
+    """Text put before every document (``openai``, ``sentence-transformers``), e.g. ``"passage: "``."""
+    embedder_batch_size: int | None = None
+    """Texts per request or forward pass; ``None``: the embedder class's default."""
+    embedder_max_concurrency: int | None = None
+    """Batches in flight at once; ``None``: the embedder class's default."""
+    embedding_cache: str | None = None
+    """Where ``fastrag index`` keeps embeddings by model and text: a file path, or ``"off"``; ``None``: see
+    :func:`embedding_cache_path`."""
     mode: Mode = "hybrid"
     """``"hybrid"``, ``"vector"`` or ``"keyword"``."""
     lexical_store: str | None = None
@@ -92,11 +126,22 @@ _SQLITE_PREFIX = "sqlite:///"
 _ENV = {
     "store": "FASTRAG_STORE",
     "embedding_model": "FASTRAG_EMBEDDING_MODEL",
+    "embedder": "FASTRAG_EMBEDDER",
+    "embedder_base_url": "FASTRAG_EMBEDDER_BASE_URL",
+    "embedder_dimensions": "FASTRAG_EMBEDDER_DIMENSIONS",
+    "embedder_query_prefix": "FASTRAG_EMBEDDER_QUERY_PREFIX",
+    "embedder_document_prefix": "FASTRAG_EMBEDDER_DOCUMENT_PREFIX",
+    "embedder_batch_size": "FASTRAG_EMBEDDER_BATCH_SIZE",
+    "embedder_max_concurrency": "FASTRAG_EMBEDDER_MAX_CONCURRENCY",
+    "embedding_cache": "FASTRAG_EMBEDDING_CACHE",
     "mode": "FASTRAG_MODE",
     "lexical_store": "FASTRAG_LEXICAL_STORE",
     "llm_base_url": "FASTRAG_LLM_BASE_URL",
     "llm_model": "FASTRAG_LLM_MODEL",
 }
+_INT_SETTINGS = frozenset({"embedder_dimensions", "embedder_batch_size", "embedder_max_concurrency"})
+EMBEDDER_API_KEY_ENV = "FASTRAG_EMBEDDER_API_KEY"
+"""The environment variable read first for an ``openai`` or ``cohere`` embedder's API key."""
 
 
 def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> Settings:
@@ -131,8 +176,10 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
         if unknown:
             raise ConfigurationError(f"{config_path}: unknown settings {sorted(unknown)}; known: {sorted(_ENV)}")
         for key, value in table.items():
-            if not isinstance(value, str):
-                raise ConfigurationError(f"{config_path}: {key} must be a string, got {value!r}")
+            allowed = isinstance(value, str) or (key in _INT_SETTINGS and isinstance(value, int) and not isinstance(value, bool))
+            if not allowed:
+                kind = "an integer" if key in _INT_SETTINGS else "a string"
+                raise ConfigurationError(f"{config_path}: {key} must be {kind}, got {value!r}")
         values.update(table)
     for key, var in _ENV.items():
         if env.get(var):
@@ -142,10 +189,25 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
     if unknown:
         raise ConfigurationError(f"unknown settings {sorted(unknown)}; known: {sorted(_ENV)}")
     values.update(given)
+    for key in _INT_SETTINGS & set(values):
+        values[key] = _positive_int(values[key], key, _ENV[key])
     settings = replace(Settings(), **values)
     if settings.mode not in MODES:
         raise ConfigurationError(f"unknown mode {settings.mode!r}; expected one of {', '.join(MODES)}")
+    if settings.embedder is not None and settings.embedder not in EMBEDDERS:
+        raise ConfigurationError(f"unknown embedder {settings.embedder!r}; expected one of {', '.join(EMBEDDERS)}")
     return settings
+
+
+def _positive_int(value: Any, key: str, var: str) -> int:
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ConfigurationError(f"{key} ({var}) must be a positive integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigurationError(f"{key} ({var}) must be a positive integer, got {value!r}")
+    return value
 
 
 def sqlite_path(url: str) -> str:
@@ -238,21 +300,119 @@ def open_store(  # noqa: ANN201
     return SQLiteVectorStore(path, embedding_model=embedding_model, dimension=dimension)
 
 
-def open_embedder(model: str | None = None):  # noqa: ANN201
-    """A :class:`~fastrag.ingestion.steps.embedding.Model2VecEmbedder` for ``model``.
+def split_embedder_name(name: str | None) -> tuple[str | None, str | None]:
+    """The embedder kind and model a recorded embedder name holds: ``"openai:text-embedding-3-small"`` gives
+    ``("openai", "text-embedding-3-small")``; a name without a known kind prefix (a Model2Vec model) gives
+    ``(None, name)``."""
+    if name is None:
+        return None, None
+    kind, sep, model = name.partition(":")
+    if sep and kind in EMBEDDERS and kind != "model2vec" and model:
+        return kind, model
+    return None, name
 
-    ``None`` or the shipped model's name (``"static-minilm-d256"``, which stores record) means the model
-    shipped inside the package (256 dimensions); anything else is a local folder or a hub id. The model loads
-    on first use or when entering ``async with``.
+
+def open_embedder(  # noqa: ANN201
+    model: str | None = None, *, kind: str | None = None, settings: Settings | None = None, env: Mapping[str, str] | None = None
+):
+    """Build the embedder ``kind`` names (unopened: use it in ``async with``); nothing loads or connects yet.
+
+    ======================  ================================================================  ========================
+    kind                    class                                                             default model
+    ======================  ================================================================  ========================
+    ``model2vec``           :class:`~fastrag.ingestion.steps.embedding.Model2VecEmbedder`      the shipped static model
+    ``sentence-transformers``  :class:`~fastrag.ingestion.SentenceTransformerEmbedder`        ``all-MiniLM-L6-v2``
+    ``openai``              :class:`~fastrag.ingestion.OpenAICompatibleEmbedder`               ``text-embedding-3-small``
+    ``cohere``              :class:`~fastrag.ingestion.CohereEmbedder`                         ``embed-v4.0``
+    ======================  ================================================================  ========================
+
+    Args:
+        model: the model; a name an embedder recorded in a store (``"openai:text-embedding-3-small"``) also
+            names its kind. ``None`` or the shipped model's name (``"static-minilm-d256"``) with ``model2vec``
+            means the model shipped inside the package.
+        kind: one of :data:`EMBEDDERS`; ``None``: ``settings.embedder``, else the kind ``model`` names,
+            else ``"model2vec"``.
+        settings: the ``embedder_*`` options (base URL, dimensions, prefixes, batch size, concurrency); an
+            option the kind has no use for is an error, never ignored.
+        env: where API keys are read (default ``os.environ``): ``FASTRAG_EMBEDDER_API_KEY``, else the
+            class's own variable (``OPENAI_API_KEY``, ``CO_API_KEY``).
 
     Raises:
-        ConfigurationError: the ``model2vec`` extra is not installed.
+        ConfigurationError: an unknown kind; ``model`` names another kind than ``kind``; an option the kind
+            does not take; the kind's extra is not installed; a model that is not on disk
+            (``sentence-transformers``); no API key (``cohere``).
     """
-    from fastrag.ingestion.steps.embedding import DEFAULT_MODEL, Model2VecEmbedder
+    settings = settings or Settings()
+    env = os.environ if env is None else env
+    named_kind, named_model = split_embedder_name(model)
+    kind = kind or settings.embedder or named_kind or "model2vec"
+    if kind not in EMBEDDERS:
+        raise ConfigurationError(f"unknown embedder {kind!r}; expected one of {', '.join(EMBEDDERS)}")
+    if named_kind is not None and named_kind != kind:
+        raise ConfigurationError(f"model {model!r} is a {named_kind} model, not a {kind} one")
+    model = named_model
+    options: dict[str, Any] = {
+        "base_url": settings.embedder_base_url,
+        "dimensions": settings.embedder_dimensions,
+        "query_prefix": settings.embedder_query_prefix,
+        "document_prefix": settings.embedder_document_prefix,
+        "batch_size": settings.embedder_batch_size,
+        "max_concurrency": settings.embedder_max_concurrency,
+    }
+    accepted = {
+        "model2vec": {"batch_size", "max_concurrency"},
+        "sentence-transformers": {"batch_size", "max_concurrency", "query_prefix", "document_prefix"},
+        "openai": set(options),
+        "cohere": {"base_url", "dimensions", "batch_size", "max_concurrency"},
+    }[kind]
+    unused = sorted(k for k, v in options.items() if v is not None and k not in accepted)
+    if unused:
+        names = ", ".join(f"embedder_{k} ({_ENV['embedder_' + k]})" for k in unused)
+        raise ConfigurationError(f"the {kind} embedder takes no {names}")
+    kwargs = {k: v for k, v in options.items() if v is not None}
+    key = env.get(EMBEDDER_API_KEY_ENV) or None
+    try:
+        if kind == "model2vec":
+            from fastrag.ingestion.steps.embedding import DEFAULT_MODEL, Model2VecEmbedder
 
-    if model is None or model == DEFAULT_MODEL.name:
-        return Model2VecEmbedder(DEFAULT_MODEL)
-    return Model2VecEmbedder(model)
+            if model is None or model == DEFAULT_MODEL.name:
+                return Model2VecEmbedder(DEFAULT_MODEL, **kwargs)
+            return Model2VecEmbedder(model, **kwargs)
+        if kind == "sentence-transformers":
+            from fastrag.ingestion.steps.sentence_transformer import (
+                DEFAULT_SENTENCE_TRANSFORMER,
+                SentenceTransformerEmbedder,
+            )
+
+            return SentenceTransformerEmbedder(model or DEFAULT_SENTENCE_TRANSFORMER, **kwargs)
+        if kind == "openai":
+            from fastrag.ingestion.steps.openai_compatible import OpenAICompatibleEmbedder
+
+            return OpenAICompatibleEmbedder(model or "text-embedding-3-small", api_key=key, **kwargs)
+        from fastrag.ingestion.steps.cohere import CohereEmbedder
+
+        return CohereEmbedder(model or "embed-v4.0", api_key=key, **kwargs)
+    except InvalidParameterError as exc:
+        raise ConfigurationError(f"{kind} embedder: {exc}") from exc
+
+
+def embedding_cache_path(settings: Settings, *, embedder_kind: str) -> str | None:
+    """Where ``fastrag index`` keeps its :class:`~fastrag.ingestion.EmbeddingCache`, or ``None`` for none.
+
+    ``settings.embedding_cache`` when set (``"off"`` or ``"none"``: no cache); else, for every embedder
+    but ``model2vec`` (a static model encodes faster than the cache reads), ``embedding-cache.db`` in the
+    folder of a SQLite store file, or ``.fastrag/embedding-cache.db`` in the working directory for any
+    other store; no cache for an in-memory SQLite store.
+    """
+    chosen = settings.embedding_cache
+    if chosen is not None:
+        return None if chosen.strip().lower() in ("off", "none", "") else chosen
+    if embedder_kind == "model2vec":
+        return None
+    if is_sqlite_url(settings.store):
+        path = sqlite_path(settings.store)
+        return None if path == ":memory:" else str(Path(path).parent / EMBEDDING_CACHE_FILE)
+    return str(Path(".fastrag") / EMBEDDING_CACHE_FILE)
 
 
 RERANKERS = ("embedder", "cross-encoder", "cohere")

@@ -201,3 +201,67 @@ async def test_open_embedder_default_and_recorded_name_give_the_shipped_model(mo
     async with Model2VecEmbedder() as shipped:
         expected = await shipped.embed_query("volcanoes erupt molten lava")
     np.testing.assert_array_equal(vector, expected)
+
+
+# ---------------------------------------------------------------------------------------------- embedders
+
+
+def test_embedder_settings_come_from_env_and_toml_with_integers_checked(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_toml(tmp_path / "fastrag.toml", '[fastrag]\nembedder = "openai"\nembedder_dimensions = 256\n'
+                                          'embedder_base_url = "http://toml:8080/v1"\n')
+    settings = load_settings(env={"FASTRAG_EMBEDDER_BASE_URL": "http://env:8080/v1", "FASTRAG_EMBEDDER_BATCH_SIZE": "16",
+                                  "FASTRAG_EMBEDDER_QUERY_PREFIX": "query: "})
+    assert (settings.embedder, settings.embedder_dimensions, settings.embedder_base_url) == ("openai", 256, "http://env:8080/v1")
+    assert settings.embedder_batch_size == 16 and settings.embedder_query_prefix == "query: "
+    with pytest.raises(ConfigurationError, match="FASTRAG_EMBEDDER_DIMENSIONS"):
+        load_settings(env={"FASTRAG_EMBEDDER_DIMENSIONS": "wide"})
+    with pytest.raises(ConfigurationError, match="unknown embedder 'word2vec'"):
+        load_settings({"embedder": "word2vec"}, env={})
+
+
+def test_open_embedder_builds_each_kind_with_its_options() -> None:
+    from fastrag.ingestion import CohereEmbedder, Model2VecEmbedder, OpenAICompatibleEmbedder
+
+    settings = Settings(embedder="openai", embedder_base_url="http://127.0.0.1:9/v1", embedder_dimensions=64,
+                        embedder_document_prefix="passage: ", embedder_max_concurrency=2)
+    openai = open_embedder("text-embedding-3-large", settings=settings, env={"FASTRAG_EMBEDDER_API_KEY": "sk-x"})
+    assert isinstance(openai, OpenAICompatibleEmbedder)
+    assert (openai.name, openai.url, openai.dimensions, openai.document_prefix, openai.max_concurrency) == (
+        "openai:text-embedding-3-large", "http://127.0.0.1:9/v1/embeddings", 64, "passage: ", 2)
+    assert openai._headers["authorization"] == "Bearer sk-x"
+    # a recorded name says its kind and model
+    again = open_embedder("openai:text-embedding-3-large", settings=Settings(embedder_base_url="http://127.0.0.1:9/v1"), env={})
+    assert again.name == openai.name
+    cohere = open_embedder(None, kind="cohere", env={"FASTRAG_EMBEDDER_API_KEY": "k"})
+    assert isinstance(cohere, CohereEmbedder) and cohere.name == "cohere:embed-v4.0"
+    assert isinstance(open_embedder(), Model2VecEmbedder)
+
+
+def test_open_embedder_refuses_options_the_kind_does_not_take_and_mismatched_names() -> None:
+    with pytest.raises(ConfigurationError, match="FASTRAG_EMBEDDER_DIMENSIONS"):
+        open_embedder(settings=Settings(embedder_dimensions=64))  # model2vec has no dimensions
+    with pytest.raises(ConfigurationError, match="openai model"):
+        open_embedder("openai:text-embedding-3-small", kind="cohere", env={"FASTRAG_EMBEDDER_API_KEY": "k"})
+
+
+def test_hybrid_over_a_non_static_embedder_gets_the_measured_dense_default(tmp_path: Path) -> None:
+    from fastrag.config import build_retriever
+    from fastrag.testing.fakes import InMemoryStore
+
+    embedder = open_embedder("text-embedding-3-small", kind="openai", settings=Settings(embedder_base_url="http://127.0.0.1:9/v1"), env={})
+    retriever = build_retriever("hybrid", store=InMemoryStore(), embedder=embedder)
+    assert retriever._fusion.normalization == "z_score" and retriever._candidate_k == 200
+    static = build_retriever("hybrid", store=InMemoryStore(), embedder=open_embedder())
+    assert static._fusion.normalization == "min_max" and static._candidate_k == 40
+
+
+def test_the_embedding_cache_lives_beside_a_sqlite_store_except_for_static_models() -> None:
+    from fastrag.config import embedding_cache_path
+
+    assert embedding_cache_path(Settings(store="sqlite:///data/x.db"), embedder_kind="openai") == "data/embedding-cache.db"
+    assert embedding_cache_path(Settings(store="sqlite:///data/x.db"), embedder_kind="model2vec") is None
+    assert embedding_cache_path(Settings(store="sqlite:///:memory:"), embedder_kind="openai") is None
+    assert embedding_cache_path(Settings(store="qdrant://h/c"), embedder_kind="cohere") == ".fastrag/embedding-cache.db"
+    assert embedding_cache_path(Settings(embedding_cache="off"), embedder_kind="openai") is None
+    assert embedding_cache_path(Settings(embedding_cache="c.db"), embedder_kind="model2vec") == "c.db"

@@ -12,6 +12,7 @@ from fastrag.errors import ConfigurationError
 from fastrag.evaluation.beir import load_beir
 from fastrag.evaluation.metrics import evaluate
 from fastrag.evaluation.runner import run_retrieval
+from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
 from fastrag.retrieval._validation import check_positive_int
 
 __all__ = ["RERANKERS", "evaluate_beir"]
@@ -34,6 +35,8 @@ async def evaluate_beir(
     concurrency: int = 8,
     rerank: str = "none",
     rerank_model: str | None = None,
+    embedder: Any | None = None,
+    embedding_cache: str | Path | None = None,
 ) -> dict[str, float]:
     """Index a BEIR corpus (one document per corpus entry, no chunking), run its queries, score the run.
 
@@ -43,7 +46,9 @@ async def evaluate_beir(
         mode: ``"hybrid"``, ``"vector"`` or ``"keyword"``.
         top_k: documents retrieved per query; metrics at cut-offs above it see only ``top_k`` documents.
         store_url: where to index (a fresh store is expected; existing ids are replaced).
-        embedding_model: Model2Vec model (default: the shipped one); not loaded in keyword mode.
+        embedding_model: Model2Vec model (default: the shipped one), or an embedder's recorded name such as
+            ``"sentence-transformers:all-MiniLM-L6-v2"`` (see :func:`~fastrag.config.open_embedder`); not
+            loaded in keyword mode. Ignored when ``embedder`` is given.
         lexical_store_url: a second store for BM25 (for a vector store without full text).
         concurrency: queries in flight at once.
         rerank: ``"none"``; ``"embedder"``: rerank each query's ``top_k`` candidates by cosine with a Model2Vec
@@ -52,6 +57,10 @@ async def evaluate_beir(
             by reranking (the same candidates, reordered); nDCG and MRR measure the new order.
         rerank_model: the reranker's model: for ``"embedder"`` a Model2Vec model (default: the retrieval
             model, ``embedding_model``); for ``"cross-encoder"`` a local model folder (required).
+        embedder: an :class:`~fastrag.protocols.Embedder` to use instead of building one from
+            ``embedding_model``; it stays the caller's (not closed here).
+        embedding_cache: an :class:`~fastrag.ingestion.EmbeddingCache` file: corpus vectors computed before
+            with the same embedder are read from it (and new ones added), so a rerun embeds nothing.
 
     Returns:
         Mean nDCG, Recall and MRR at 10 and 100 over the split's queries (keys such as ``"ndcg@10"``).
@@ -68,11 +77,20 @@ async def evaluate_beir(
         raise ConfigurationError("rerank='cross-encoder' needs rerank_model: a local cross-encoder model folder")
     dataset = load_beir(dataset_dir, split=split)
     docs = list(dataset.corpus.values())
-    embedder = open_embedder(embedding_model) if mode != "keyword" else None
+    owned = embedder is None and mode != "keyword"
+    if owned:
+        embedder = open_embedder(embedding_model)
+    if mode == "keyword":
+        embedder = None
+    base_embedder = embedder
     try:
         name = embedder.name if embedder is not None else None
         settings = Settings(store=store_url, lexical_store=lexical_store_url)
         async with AsyncExitStack() as stack, open_stores(settings, embedding_model=name) as (store, lexical):
+            retrieval_embedder = embedder
+            if embedder is not None and embedding_cache is not None:
+                cache = await stack.enter_async_context(EmbeddingCache(embedding_cache))
+                embedder = CachedEmbedder(embedder, cache)
             for start in range(0, len(docs), _BATCH):
                 batch = docs[start : start + _BATCH]
                 embeddings = None
@@ -83,13 +101,13 @@ async def evaluate_beir(
                     await store.upsert(batch, embeddings=embeddings)
                 if lexical is not store or mode == "keyword":
                     await lexical.upsert(batch, embeddings=embeddings if lexical is store else None)
-            retriever = build_retriever(mode, store=store, embedder=embedder, lexical_store=lexical)
+            retriever = build_retriever(mode, store=store, embedder=retrieval_embedder, lexical_store=lexical)
             if rerank != "none":
                 retriever = await stack.enter_async_context(_reranking(retriever, rerank, rerank_model, embedding_model, top_k))
             run = await run_retrieval(retriever, dataset.queries, k=top_k, concurrency=concurrency)
     finally:
-        if embedder is not None:
-            await embedder.aclose()
+        if owned and base_embedder is not None:
+            await base_embedder.aclose()
     return evaluate(run, dataset.qrels, ks=(10, 100))
 
 
