@@ -18,6 +18,7 @@ __all__ = [
     "BRANCHES",
     "CHUNK_INDEX",
     "CONTENT_HASH",
+    "GROUP",
     "HEADINGS",
     "LANGUAGE",
     "PAGE",
@@ -49,6 +50,10 @@ CONTENT_HASH = "content_hash"
 """SHA-256 of the parent file's bytes; lets re-indexing skip unchanged files."""
 HEADINGS = "headings"
 """The heading path of the section a chunk was cut from, outermost first (a list of str), set by ingestion."""
+GROUP = "grouping"
+"""The group a grouped result stands for (:mod:`fastrag.retrieval.grouping`): ``{"by": key, "value": ...,
+"chunks": [{"id", "content", "metadata"}, ...]}``, ``chunks`` being the group's other matching chunks, best
+first."""
 PAGE = "page"
 """The 1-based page of a paginated source (a PDF) a chunk lies on, set by ingestion; citations show it (``p. 3``)."""
 BRANCHES = "branches"
@@ -135,6 +140,19 @@ class Document:
         if isinstance(page, int) and not isinstance(page, bool):
             label = f"{label} p. {page}"
         return label
+
+    @property
+    def group_chunks(self) -> tuple[Document, ...]:
+        """The other matching chunks of a grouped result (:mod:`fastrag.retrieval.grouping`), best first, each
+        with its own ``score`` and ``rank``; empty for an ungrouped document."""
+        group = self.metadata.get(GROUP)
+        if not isinstance(group, Mapping):
+            return ()
+        return tuple(
+            Document(id=c["id"], content=c["content"], metadata=c.get("metadata") or {})
+            for c in group.get("chunks") or ()
+            if isinstance(c, Mapping)
+        )
 
     @property
     def branches(self) -> Mapping[str, BranchResult]:

@@ -3,6 +3,7 @@ results with a status; tracing hits back to their original sections."""
 
 from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
+from fastrag.retrieval.grouping import GroupingRetriever
 from fastrag.retrieval.hybrid import HybridRetriever, default_fusion
 from fastrag.retrieval.language import LanguageAwareRetriever
 from fastrag.retrieval.limits import DEFAULT_LIMITS, MAX_K, MAX_QUERY_CHARS, RetrievalLimits
@@ -18,6 +19,7 @@ __all__ = [
     "MAX_K",
     "MAX_QUERY_CHARS",
     "BM25Retriever",
+    "GroupingRetriever",
     "HybridRetriever",
     "LanguageAwareRetriever",
     "ParentDocument",

@@ -19,18 +19,25 @@ Rules shared by both:
   branch that returned it (``score`` is that branch's finite score or ``None``; ``rank`` is zero-based).
   If the input copy was itself fused, its provenance is kept under that entry's ``"branches"``.
   Inputs are never mutated.
+* ``group_by="parent_id"`` (any metadata key) fuses groups instead of documents: each branch list counts a
+  group once, at its best-ranked chunk (positions are then among distinct groups), so a document with
+  five matching chunks earns one RRF credit per branch, not five. Each result is the group's best chunk
+  (from the branch where the group ranks best), carrying the group's other chunks found by any branch
+  under ``metadata["grouping"]`` (see :mod:`fastrag.retrieval.grouping`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from numbers import Real
 from typing import Any, Literal, Never, TypeAlias
 
 from fastrag.errors import InvalidParameterError, UnknownParameterError
-from fastrag.models import SCORE, Document
+from fastrag.models import GROUP, SCORE, Document, plain_value
 from fastrag.retrieval._provenance import finite_score, provenance, with_provenance
+from fastrag.retrieval.grouping import check_group_by, chunk_entry, group_key
 
 __all__ = ["Normalization", "ReciprocalRankFusion", "WeightedScoreFusion", "Weights"]
 
@@ -86,8 +93,14 @@ def _validate_weights(weights: Weights) -> tuple[float, ...] | dict[str, float] 
 class _Fusion:
     """Validation, deduplication, tie-breaking and stamping shared by the fusion methods."""
 
-    def __init__(self, weights: Weights) -> None:
+    def __init__(self, weights: Weights, group_by: str | None = None) -> None:
         self._weights = _validate_weights(weights)
+        self._group_by = None if group_by is None else check_group_by(group_by)
+
+    @property
+    def group_by(self) -> str | None:
+        """The metadata key whose groups are fused (each counted once per branch list), or ``None``."""
+        return self._group_by
 
     @property
     def weights(self) -> tuple[float, ...] | Mapping[str, float] | None:
@@ -140,15 +153,19 @@ class _Fusion:
         if not isinstance(results, Mapping):
             raise InvalidParameterError(f"results must be a mapping of branch name to documents, got {results!r}")
         weights = self._resolve_weights(list(results))
-        lists = {name: _distinct(results[name]) for name in sorted(results) if weights[name] > 0}
+        by = self._group_by
+        key_of = _document_id if by is None else partial(group_key, by=by)
+        grouping = None if by is None else key_of
+        lists = {name: _distinct(results[name], grouping) for name in sorted(results) if weights[name] > 0}
         contributions = self._contributions(lists, {name: weights[name] for name in lists})
 
-        positions: dict[str, dict[str, int]] = {}  # doc id -> {branch: position}
+        positions: dict[str, dict[str, int]] = {}  # doc id (or group key) -> {branch: position}
         for name, docs in lists.items():
             for pos, doc in enumerate(docs):
-                where = positions.get(doc.id)
+                key = doc.id if by is None else key_of(doc)
+                where = positions.get(key)
                 if where is None:
-                    positions[doc.id] = {name: pos}
+                    positions[key] = {name: pos}
                 else:
                     where[name] = pos
 
@@ -173,6 +190,7 @@ class _Fusion:
         if k is not None:
             del scored[k:]
 
+        members = None if by is None else _group_members(results, lists, key_of)
         fused = []
         for rank, (neg_score, best_pos, doc_id) in enumerate(scored):
             where = positions[doc_id]
@@ -180,8 +198,12 @@ class _Fusion:
             best_name = next(name for name, pos in where.items() if pos == best_pos)
             source = lists[best_name][best_pos]
             branches = {name: provenance(lists[name][pos], pos) for name, pos in sorted(where.items())}
+            extra = {}
+            if members is not None and by is not None:
+                chunks = [chunk_entry(c) for c in members[doc_id] if c.id != source.id]
+                extra[GROUP] = {"by": by, "value": plain_value(source.metadata.get(by)), "chunks": chunks}
             # + 0.0 turns -0.0 into 0.0
-            fused.append(with_provenance(source, score=-neg_score + 0.0, rank=rank, branches=branches))
+            fused.append(with_provenance(source, score=-neg_score + 0.0, rank=rank, branches=branches, **extra))
         return fused
 
     def _contributions(
@@ -190,9 +212,29 @@ class _Fusion:
         raise NotImplementedError
 
 
-def _distinct(docs: Sequence[Document]) -> list[Document]:
+def _document_id(document: Document) -> str:
+    return document.id
+
+
+def _group_members(
+    results: Mapping[str, Sequence[Document]], lists: Mapping[str, list[Document]], key_of: Callable[[Document], str]
+) -> dict[str, list[Document]]:
+    """Every distinct chunk the fused branches returned, by group key, best first (by its best position in
+    any branch, then id); the copy kept is the one from the branch where it ranks best."""
+    best: dict[str, tuple[int, Document]] = {}
+    for name in lists:  # the branches kept (weight > 0), in name order
+        for pos, doc in enumerate(_distinct(results[name])):
+            if doc.id not in best or pos < best[doc.id][0]:
+                best[doc.id] = (pos, doc)
+    members: dict[str, list[Document]] = {}
+    for pos, doc in sorted(best.values(), key=lambda item: (item[0], item[1].id)):
+        members.setdefault(key_of(doc), []).append(doc)
+    return members
+
+
+def _distinct(docs: Sequence[Document], key_of: Callable[[Document], str] | None = None) -> list[Document]:
     docs = list(docs)  # read once, whatever iterable a caller passed
-    ids = [doc.id for doc in docs]
+    ids = [doc.id if key_of is None else key_of(doc) for doc in docs]
     if len(set(ids)) == len(ids):  # the usual case: a store never returns an id twice
         return docs
     seen: set[str] = set()
@@ -215,6 +257,8 @@ class ReciprocalRankFusion(_Fusion):
     Args:
         rank_constant: the ``k`` of the paper (60 there); larger values flatten the advantage of top ranks.
         weights: per-branch weights (see :data:`Weights`); ``None`` gives every branch 1.0.
+        group_by: fuse groups of chunks sharing this metadata key (``"parent_id"``), each counted once per
+            branch list (see the module); ``None`` (default) fuses documents.
 
     Raises:
         InvalidParameterError: ``rank_constant`` is not a finite number > 0; a weight is negative, NaN or
@@ -223,11 +267,13 @@ class ReciprocalRankFusion(_Fusion):
             ``rank_constant``; type checkers flag it too.
     """
 
-    def __init__(self, rank_constant: float = 60, *, weights: Weights = None, **unknown: Never) -> None:
-        _reject_unknown(type(self), unknown, "rank_constant and weights")
+    def __init__(
+        self, rank_constant: float = 60, *, weights: Weights = None, group_by: str | None = None, **unknown: Never
+    ) -> None:
+        _reject_unknown(type(self), unknown, "rank_constant, weights and group_by")
         if not _is_real(rank_constant) or not math.isfinite(rank_constant) or rank_constant <= 0:
             raise InvalidParameterError(f"rank_constant must be a finite number > 0, got {rank_constant!r}")
-        super().__init__(weights)
+        super().__init__(weights, group_by)
         self._rank_constant = rank_constant
 
     @property
@@ -236,7 +282,8 @@ class ReciprocalRankFusion(_Fusion):
         return self._rank_constant
 
     def __repr__(self) -> str:
-        return f"ReciprocalRankFusion(rank_constant={self._rank_constant!r}, weights={self._weights!r})"
+        grouped = "" if self._group_by is None else f", group_by={self._group_by!r}"
+        return f"ReciprocalRankFusion(rank_constant={self._rank_constant!r}, weights={self._weights!r}{grouped})"
 
     def _contributions(
         self, lists: Mapping[str, list[Document]], weights: Mapping[str, float]
@@ -278,6 +325,8 @@ class WeightedScoreFusion(_Fusion):
     Args:
         weights: per-branch weights (see :data:`Weights`); ``None`` gives every branch the same weight.
         normalization: ``"min_max"``, ``"z_score"``, ``"dbsf"`` or ``"none"``.
+        group_by: fuse groups of chunks sharing this metadata key (``"parent_id"``), each counted once per
+            branch list at its best chunk's score (see the module); ``None`` (default) fuses documents.
 
     Raises:
         InvalidParameterError: unknown ``normalization``; a weight is negative, NaN or infinite; every
@@ -287,12 +336,17 @@ class WeightedScoreFusion(_Fusion):
     """
 
     def __init__(
-        self, weights: Weights = None, *, normalization: Normalization = "min_max", **unknown: Never
+        self,
+        weights: Weights = None,
+        *,
+        normalization: Normalization = "min_max",
+        group_by: str | None = None,
+        **unknown: Never,
     ) -> None:
-        _reject_unknown(type(self), unknown, "weights and normalization")
+        _reject_unknown(type(self), unknown, "weights, normalization and group_by")
         if normalization not in _NORMALIZATIONS:
             raise InvalidParameterError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
-        super().__init__(weights)
+        super().__init__(weights, group_by)
         self._normalization = normalization
 
     @property
@@ -301,7 +355,8 @@ class WeightedScoreFusion(_Fusion):
         return self._normalization
 
     def __repr__(self) -> str:
-        return f"WeightedScoreFusion(weights={self._weights!r}, normalization={self._normalization!r})"
+        grouped = "" if self._group_by is None else f", group_by={self._group_by!r}"
+        return f"WeightedScoreFusion(weights={self._weights!r}, normalization={self._normalization!r}{grouped})"
 
     def _contributions(
         self, lists: Mapping[str, list[Document]], weights: Mapping[str, float]

@@ -331,6 +331,8 @@ class HybridRetriever(ReturnsResult):
     @property
     def _rows_store(self) -> object | None:
         """The one store every branch searches directly, when it can leave rows out until after fusion."""
+        if getattr(self._fusion, "group_by", None) is not None:
+            return None  # a grouped fusion reads each chunk's metadata (its group key) before fusing
         stores = set()
         for retriever in self._retrievers.values():
             if type(retriever) is VectorRetriever:

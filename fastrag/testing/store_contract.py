@@ -313,6 +313,45 @@ class StoreContract:
                 assert 0 < len(kept) < len(full)
                 assert [d.id for d in await half.retrieve("solar panel", k=20)] == kept
 
+    @pytest.mark.anyio
+    async def test_grouping_returns_one_result_per_parent_with_its_other_chunks(self, store_factory) -> None:  # noqa: ANN001
+        """Grouping (issue 18.2): one result per parent_id, the best chunk's metadata, the other chunks carried."""
+        from fastrag.retrieval import BM25Retriever, GroupingRetriever, HybridRetriever, VectorRetriever
+        from fastrag.retrieval.fusion import ReciprocalRankFusion
+
+        # cosine with KNN_QUERY: p1#0 1.0, p1#1 0.99, p1#2 0.98, p2#0 0.8, p2#1 0.79, p3#0 0.6
+        rows = [("p1#0", "p1", [1, 0]), ("p1#1", "p1", [0.99, 0.141]), ("p1#2", "p1", [0.98, 0.199]),
+                ("p2#0", "p2", [0.8, 0.6]), ("p2#1", "p2", [0.79, 0.613]), ("p3#0", "p3", [0.6, 0.8])]
+        docs = [Document(id=i, content=f"solar panel chunk {i}" if p != "p3" else "solar",
+                         metadata={"parent_id": p, "chunk_index": int(i[-1])}) for i, p, _ in rows]
+        vectors = np.array([[x, y, 0, 0] for _, _, (x, y) in rows], dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        async with store_factory() as store:
+            await store.upsert(docs, embeddings=vectors)
+            if self.supports_vectors:
+                vector = VectorRetriever(vector_store=store, embedder=FixedQueryEmbedder(KNN_QUERY))
+                grouped = await GroupingRetriever(vector, group_by="parent_id", candidate_k=2).retrieve("q", k=3)
+                assert [d.id for d in grouped] == ["p1#0", "p2#0", "p3#0"]
+                assert [d.rank for d in grouped] == [0, 1, 2]
+                assert [c.id for c in grouped[0].group_chunks] == ["p1#1", "p1#2"]
+                assert [c.id for c in grouped[1].group_chunks] == ["p2#1"] and grouped[2].group_chunks == ()
+                assert grouped[0].metadata["chunk_index"] == 0 and round(grouped[0].score, 4) == 1.0
+            if self.supports_text:
+                bm25 = BM25Retriever(store=store)
+                grouped = await GroupingRetriever(bm25, group_by="parent_id").retrieve("solar panel", k=10)
+                assert sorted(d.metadata["parent_id"] for d in grouped) == ["p1", "p2", "p3"]
+                assert sum(1 + len(d.group_chunks) for d in grouped) == 6
+            if self.supports_vectors and self.supports_text:
+                hybrid = HybridRetriever(
+                    [VectorRetriever(vector_store=store, embedder=FixedQueryEmbedder(KNN_QUERY)), BM25Retriever(store=store)],
+                    fusion=ReciprocalRankFusion(group_by="parent_id"),
+                )
+                fused = await hybrid.retrieve("solar panel", k=10)
+                assert sorted(d.metadata["parent_id"] for d in fused) == ["p1", "p2", "p3"]
+                # each branch counts a group once: no fused score exceeds one credit per branch
+                assert all(d.score <= 2 / 61 + 1e-12 for d in fused)
+                assert sum(1 + len(d.group_chunks) for d in fused) == 6
+
 
 class FixedQueryEmbedder:
     """An embedder whose every query embeds to one fixed vector (for retrieval over a store's own vectors)."""
