@@ -306,6 +306,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_scalar(value: Any) -> bool:
     if isinstance(value, float) and not math.isfinite(value):
         return False
@@ -318,7 +326,13 @@ def _validate_comparison(op: str, key: Any, value: Any, path: str) -> None:
         raise FilterError(f"unknown operator {op!r}", path=path)
     if not isinstance(key, str) or not key:
         raise FilterError(f"key must be a non-empty string, got {key!r}", path=f"{here}.key")
+    if not _is_unicode(key):
+        raise FilterError(f"key {key!r} is not valid Unicode (a lone surrogate)", path=f"{here}.key")
     vpath = f"{here}.value"
+    for i, item in enumerate(value if isinstance(value, list | tuple) else [value]):
+        if isinstance(item, str) and not _is_unicode(item):  # no store holds such text: a bad argument
+            where = f"{vpath}[{i}]" if isinstance(value, list | tuple) else vpath
+            raise FilterError(f"{op} value {item!r} is not valid Unicode (a lone surrogate)", path=where)
     if op in EQUALITY_OPERATORS or op in LIST_OPERATORS:
         if not _is_scalar(value):
             raise FilterError(f"{op} needs a string, finite number or bool, got {value!r}", path=vpath)

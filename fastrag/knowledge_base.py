@@ -41,7 +41,6 @@ from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
-from urllib.parse import quote, unquote
 
 import anyio
 
@@ -82,6 +81,7 @@ from fastrag.models import (
     Document,
 )
 from fastrag.retrieval.limits import MAX_K
+from fastrag.scoping import MAX_SCOPE_INT, MIN_SCOPE_INT, check_scope_value, scoped_id, split_scoped_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from fastrag.ingestion.pipeline import IngestionReport
@@ -134,10 +134,6 @@ MAX_RANK_CONSTANT = 1_000_000.0
 100; beyond a few thousand every rank gets almost the same ``1 / (rank_constant + rank)``, so fusion
 degenerates into a tie-break, and near ``1e308`` the scores underflow. 10^6 leaves every sensible value
 and keeps adjacent ranks (up to 10,000 deep) apart by far more than float64 rounding."""
-MIN_SCOPE_INT = -(2**63)
-"""The smallest int scope value (signed 64-bit, what every store's integer metadata holds)."""
-MAX_SCOPE_INT = 2**63 - 1
-"""The largest int scope value (signed 64-bit)."""
 
 AUTO_DIRECT_MAX = 1_000
 """``"auto"`` runs ``"direct"`` retrieval at or below this many chunks (the scope's and filter's chunks, not
@@ -187,11 +183,7 @@ _IMPLICIT_FIELDS: Mapping[str, str] = MappingProxyType(
     }
 )
 
-_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
-_SEGMENT = rf"{_KEY}(?:=[A-Za-z0-9_.~%-]+|#-?[0-9]+)"
-_SCOPED_ID = re.compile(rf"^({_SEGMENT}(?:&{_SEGMENT})*)::(.*)$", re.DOTALL)
-_KEY_RE = re.compile(rf"^{_KEY}$")
-_SEPARATOR = "::"
+_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # ------------------------------------------------------------------------------------------- settings
@@ -472,9 +464,10 @@ class SearchResponse:
         settings: the resolved settings, with where each came from.
         strategy: what ran: ``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"direct"`` (exact hybrid fusion
             over the whole corpus, chosen by ``"auto"``: both branches return every chunk they match), with
-            ``"+rerank"`` appended when a reranker narrowed the result.
+            ``"+rerank"`` appended when a reranker narrowed the result; ``"auto"`` itself when ``"auto"``
+            could not count the corpus (the store failed: ``retrieval_failed`` is then true).
         corpus_size: with ``"auto"``, the number of chunks (stored documents, not files) the call could see
-            (its scope and filter), which chose the strategy; ``None`` otherwise.
+            (its scope and filter), which chose the strategy; ``None`` otherwise, or when that count failed.
         error: why the call failed, or ``None`` (see :class:`~fastrag.retrieval.result.RetrievalResult`).
         failed_branches: ``{branch: error}`` for every failed branch.
         partial: ``True`` when some branches failed and the result comes from the others.
@@ -499,27 +492,6 @@ class SearchResponse:
 # --------------------------------------------------------------------------------------------- scopes
 
 
-def _check_scope_value(key: str, value: Any) -> None:
-    """A scope value is a non-empty str of valid Unicode, or an int in signed 64-bit; nothing else."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise InvalidParameterError(
-            f"scope value of {key!r} must be a non-empty str or an int, got {type(value).__name__} {value!r}"
-        )
-    if isinstance(value, int):
-        if not MIN_SCOPE_INT <= value <= MAX_SCOPE_INT:
-            raise InvalidParameterError(
-                f"scope value of {key!r} must be an int within signed 64-bit [-2**63, 2**63 - 1]; "
-                f"got one with {value.bit_length()} bits"
-            )
-        return
-    if value == "":
-        raise InvalidParameterError(f"scope value of {key!r} must be a non-empty str or an int, got ''")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidParameterError(f"scope value of {key!r} is not valid Unicode (a lone surrogate?)") from exc
-
-
 def _scope_of(user_id: Any, agent_id: Any, scope: Mapping[str, Any] | None) -> dict[str, str | int]:
     """The tenant keys of one call, checked: identifiers that are not reserved keys, with values that are
     non-empty str or signed 64-bit int (never bool or float); ``user_id``/``agent_id`` must agree with
@@ -533,40 +505,20 @@ def _scope_of(user_id: Any, agent_id: Any, scope: Mapping[str, Any] | None) -> d
                 raise InvalidParameterError(f"scope keys must be identifiers (letters, digits, _), got {key!r}")
             if key in RESERVED_KEYS or (key in _IMPLICIT_FIELDS and _IMPLICIT_FIELDS[key] != _TENANT):
                 raise InvalidParameterError(f"scope key {key!r} is a reserved metadata key")
-            _check_scope_value(key, value)
+            check_scope_value(key, value)
             merged[key] = value
     for key, value in (("user_id", user_id), ("agent_id", agent_id)):
         if value is None:
             continue
-        _check_scope_value(key, value)
+        check_scope_value(key, value)
         if key in merged and (type(merged[key]) is not type(value) or merged[key] != value):
             raise InvalidParameterError(f"{key}={value!r} contradicts scope[{key!r}]={merged[key]!r}")
         merged[key] = value
     return merged
 
 
-def _segment(key: str, value: str | int) -> str:
-    return f"{key}#{value}" if isinstance(value, int) else f"{key}={quote(value, safe='')}"
-
-
-def _prefix(scope: Mapping[str, str | int]) -> str:
-    return "&".join(_segment(key, scope[key]) for key in sorted(scope))
-
-
-def _parse_prefix(prefix: str) -> dict[str, str | int]:
-    out: dict[str, str | int] = {}
-    for segment in prefix.split("&"):
-        if "#" in segment:
-            key, _, number = segment.partition("#")
-            out[key] = int(number)
-        else:
-            key, _, text = segment.partition("=")
-            out[key] = unquote(text)
-    return out
-
-
 def _check_id(doc_id: str) -> None:
-    if _SCOPED_ID.match(doc_id):
+    if split_scoped_id(doc_id) is not None:
         raise InvalidParameterError(
             f"document id {doc_id!r} starts like a scoped id ('key=value::'); a knowledge base writes such ids "
             "itself: pass the scope as user_id=, agent_id= or scope= instead"
@@ -611,13 +563,13 @@ class _ScopedStore:
             raise InvalidParameterError(f"ids must be non-empty strings, got {doc_id!r}")
         if not self.scope:
             return doc_id
-        match = _SCOPED_ID.match(doc_id)
-        if match:  # an id this view showed for a narrower scope: "agent_id=a1::x"
-            extra = _parse_prefix(match.group(1))
+        split = split_scoped_id(doc_id)
+        if split:  # an id this view showed for a narrower scope: "agent_id=a1::x"
+            extra, rest = split
             if any(k in self.scope and self.scope[k] != v for k, v in extra.items()):
                 return doc_id  # names another tenant: matches nothing under this view's filter
-            return f"{_prefix({**extra, **self.scope})}{_SEPARATOR}{match.group(2)}"
-        return f"{_prefix(self.scope)}{_SEPARATOR}{doc_id}"
+            return scoped_id({**extra, **self.scope}, rest)
+        return scoped_id(self.scope, doc_id)
 
     def _stored_ids(self, ids: Sequence[str] | None) -> list[str] | None:
         if ids is None:
@@ -629,21 +581,21 @@ class _ScopedStore:
     def visible(self, doc: Document) -> Document:
         if not self.scope:
             return doc
-        match = _SCOPED_ID.match(doc.id)
-        if not match:
+        split = split_scoped_id(doc.id)
+        if not split:
             return doc
-        rest = {k: v for k, v in _parse_prefix(match.group(1)).items() if k not in self.scope}
-        doc_id = match.group(2) if not rest else f"{_prefix(rest)}{_SEPARATOR}{match.group(2)}"
+        rest = {k: v for k, v in split[0].items() if k not in self.scope}
+        doc_id = split[1] if not rest else scoped_id(rest, split[1])
         return Document(id=doc_id, content=doc.content, metadata=doc.metadata)
 
     def owns(self, stored_id: str) -> bool:
         """Whether a scoped write of this scope (or a narrower one) stored this id."""
         if not self.scope:
             return True
-        match = _SCOPED_ID.match(stored_id)
-        if not match:
+        split = split_scoped_id(stored_id)
+        if not split:
             return False
-        written = _parse_prefix(match.group(1))
+        written = split[0]
         return all(k in written and type(written[k]) is type(v) and written[k] == v for k, v in self.scope.items())
 
     def shown(self, found: list[Document]) -> list[Document]:
@@ -1513,7 +1465,13 @@ class KnowledgeBase:
         candidate_k = settings.retrieval_k
         rerank = settings.rerank
         if mode == "auto":
-            corpus_size = await vector_view.count(filter=node)
+            try:
+                corpus_size = await vector_view.count(filter=node)
+            except (InvalidParameterError, FilterError):
+                raise  # a mistake in the call, raised as every mode raises it
+            except Exception as exc:  # noqa: BLE001 - the store failed: a failure of retrieval, reported as such
+                return _Plan(retriever=_Unplanned(exc), settings=settings, strategy="auto", corpus_size=None,
+                             filter=node, scope_filter=vector_view.confine(None))  # fmt: skip
             rerank_explicit = settings.origin("rerank") != "default"
             if corpus_size <= settings.auto_direct_max:
                 mode = "direct"  # exact: each branch returns the whole (scoped, filtered) corpus it matches
@@ -1601,6 +1559,20 @@ class KnowledgeBase:
             f"KnowledgeBase({self._store_spec!r}, lexical_store={self._lexical_spec!r}, "
             f"embedder={self._embedder_spec!r}, sources={list(self.sources)!r})"
         )
+
+
+class _Unplanned:
+    """The retriever of a plan that could not be made (``"auto"``'s corpus count failed): it raises that
+    failure, so :meth:`KnowledgeBase.search` raises it and :meth:`KnowledgeBase.search_result` reports it
+    (``retrieval_failed``, logged once) exactly as a store failure in any other mode."""
+
+    name = "auto"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def retrieve(self, query: str, *, k: int = 10, filter: Any = None) -> list[Document]:  # noqa: A002
+        raise self.error
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ with a separate BM25 store, native filters, metadata replacement on upsert, erro
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -14,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -512,6 +514,89 @@ async def test_silent_server_times_out_as_unavailable() -> None:
             await store.count()
         assert time.monotonic() - started < 5
         await store.aclose()
+
+
+class _FaultyProxy:
+    """A reverse proxy in front of a real Chroma server that answers every request itself while ``answer``
+    is set (a status and a JSON body: an auth gateway, a load balancer with no backend, a broken cache)."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+
+        self.answer: tuple[int, Any] | None = None
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _relay(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if proxy.answer is not None:
+                    status, payload = proxy.answer
+                    data = json.dumps(payload).encode()
+                    self.send_response(status)
+                else:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                    reply = httpx.request(self.command, upstream + self.path, content=body, headers=headers, timeout=30)
+                    data = reply.content
+                    self.send_response(reply.status_code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _relay
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.anyio
+async def test_http_failures_behind_a_proxy_map_to_typed_errors_naming_the_store(chroma_server: str) -> None:
+    # issue 13.8: 401/403 are AuthenticationError, 502-504 are retried like every adapter's, and a 200 with a
+    # body of the wrong shape is a typed error naming the store, never a TypeError
+    from fastrag.errors import AuthenticationError, BackendTemporarilyUnavailableError
+    from fastrag.retry import RetryingStore, RetryPolicy
+
+    proxy = _FaultyProxy(chroma_server)
+    try:
+        async with ChromaVectorStore(url=proxy.url, collection=unique_collection(), timeout=10) as store:
+            await store.upsert(KNN_DOCS, embeddings=KNN_VECTORS)
+            for status in (401, 403):
+                proxy.answer = (status, {"detail": "invalid token"})
+                with pytest.raises(AuthenticationError, match=str(status)) as auth:
+                    await store.count()
+                assert auth.value.store == store.location
+            for status in (502, 503, 504):
+                proxy.answer = (status, {"detail": "no upstream"})
+                with pytest.raises(BackendTemporarilyUnavailableError, match=str(status)):
+                    await store.search_vector(KNN_QUERY, k=2)
+            proxy.answer = (200, {})
+            for call in (store.count, lambda: store.count(filter={"equals": {"key": "x", "value": 1}}), store.get,
+                         lambda: store.search_vector(KNN_QUERY, k=2)):
+                with pytest.raises(BackendError, match="malformed|Chroma failed") as bad:
+                    await call()
+                assert bad.value.store == store.location and not isinstance(bad.value, BackendUnavailableError)
+            # a 502 that clears is retried through the retry wrapper, as docs/reliability.md says
+            proxy.answer = (502, {"detail": "no upstream"})
+            sleeps: list[float] = []
+
+            async def sleep(seconds: float) -> None:
+                sleeps.append(seconds)
+                proxy.answer = None  # the gateway recovers
+
+            retrying = RetryingStore(store, policy=RetryPolicy(max_attempts=3, sleep=sleep))
+            assert await retrying.count() == len(KNN_DOCS) and len(sleeps) == 1
+    finally:
+        proxy.close()
 
 
 class _FailingCollection:

@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 from fastrag.errors import (
+    AuthenticationError,
     BackendError,
     BackendTemporarilyUnavailableError,
     BackendUnavailableError,
@@ -45,6 +46,8 @@ from fastrag.errors import (
     RateLimitError,
 )
 from fastrag.models import Document
+from fastrag.retrieval import BM25Retriever
+from fastrag.retrieval.result import RetrievalResult, retrieve_result
 from fastrag.testing.filter_cases import FILTER_CASES, FILTER_CORPUS
 from fastrag.testing.store_contract import StoreContract
 
@@ -586,7 +589,7 @@ async def test_bad_input_is_rejected_before_any_request(call) -> None:  # noqa: 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(("status", "error"), [
-    (400, BackendError), (500, BackendError), (401, BackendUnavailableError), (403, BackendUnavailableError),
+    (400, BackendError), (500, BackendError), (401, AuthenticationError), (403, AuthenticationError),
     (503, BackendTemporarilyUnavailableError), (502, BackendTemporarilyUnavailableError), (429, RateLimitError),
 ])
 async def test_http_errors_map_to_fastrag_errors(status: int, error: type) -> None:
@@ -605,6 +608,35 @@ async def test_http_errors_map_to_fastrag_errors(status: int, error: type) -> No
     assert isinstance(info.value.__cause__, opensearchpy.exceptions.TransportError)
     assert info.value.store == "http://db.example:9200/idx" and "secret" not in str(info.value)
     assert "it broke" in str(info.value) and str(status) in str(info.value)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("answer", [{}, {"hits": {}}, {"hits": {"hits": "x"}}, {"hits": {"hits": [1]}}, [], "x",
+                                    {"count": "many"}, {"hits": {"hits": [{"_id": "a", "_score": "high"}]}}])
+async def test_a_malformed_200_answer_is_a_typed_error_naming_the_store(answer: Any) -> None:
+    # a proxy or a broken server answering 200 with a body of the wrong shape: issue 13.8
+    def respond(method: str, url: str, params: dict, body: Any) -> tuple[int, Any]:
+        if method == "HEAD" or url.endswith("/_mapping"):
+            return fake_cluster()(method, url, params, body)
+        return 200, answer
+
+    client, _, _ = recording_client(respond)
+    store = OpenSearchVectorStore(url="http://db.example:9200", client=client, index="idx")
+    for call in (store.count, lambda: store.search_text("solar", k=3), store.get,
+                 lambda: retrieve_result(BM25Retriever(store=store), "solar", k=3)):
+        try:
+            outcome = await call()
+        except BackendError as exc:
+            error: BaseException = exc
+        else:
+            if isinstance(outcome, RetrievalResult):
+                assert outcome.retrieval_failed
+                error = outcome.error
+            else:  # an answer of the right shape for this call: nothing to prove here
+                continue
+        assert type(error) is BackendError and error.store == "http://db.example:9200/idx", error
+        assert "malformed" in str(error) or "not written by fastrag" in str(error)
+    await client.close()
 
 
 def _free_port() -> int:

@@ -8,7 +8,7 @@ from typing import Any
 import anyio.to_thread
 
 from fastrag.analysis import primary_language
-from fastrag.errors import InvalidParameterError
+from fastrag.errors import ConfigurationError, InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
 from fastrag.protocols import LanguageDetector, LexicalStore
@@ -40,6 +40,8 @@ class BM25Retriever(ReturnsResult):
     Scores are BM25: unbounded, higher is better, comparable only within one query.
 
     Raises:
+        ConfigurationError: (when built) ``store`` has no BM25 (no ``search_text``: a dense-only store such
+            as Chroma); the message says how to configure a lexical store, as the CLI does.
         InvalidParameterError: (when built) ``language`` is not a language tag, ``detector`` has no
             ``detect``, or either is given for a store whose ``search_text`` takes no ``language``;
             ``min_score`` is not ``None`` or a finite number.
@@ -65,6 +67,12 @@ class BM25Retriever(ReturnsResult):
         detector: LanguageDetector | None = None,
         min_score: float | None = None,
     ) -> None:
+        if not callable(getattr(store, "search_text", None)):
+            raise ConfigurationError(
+                f"BM25Retriever needs BM25, which {store!r} does not have (no search_text); configure a lexical "
+                "store (FASTRAG_LEXICAL_STORE or --lexical-store, e.g. sqlite:///.fastrag/bm25.db) and pass it "
+                "as store="
+            )
         self.min_score = check_min_score(min_score)
         if language is not None and primary_language(language) is None:
             raise InvalidParameterError(f"language must be None or a language code such as 'de', got {language!r}")

@@ -12,6 +12,7 @@ from fastrag.protocols import Retriever
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.result import ReturnsResult
+from fastrag.scoping import check_scope_value
 
 __all__ = ["DEFAULT_TENANT_KEY", "TenantScopedRetriever", "tenant_filter"]
 
@@ -25,13 +26,16 @@ def tenant_filter(tenant: str | int, tenant_key: str = DEFAULT_TENANT_KEY) -> Co
     """The filter ``equals(tenant_key, tenant)``, after checking both.
 
     Raises:
-        InvalidParameterError: ``tenant`` is not a non-empty str or an int (bools rejected), or
-            ``tenant_key`` is not a non-empty str or is a reserved metadata key (``score``, ``source_uri``...).
+        InvalidParameterError: ``tenant`` is not a non-empty str of valid Unicode or an int within signed
+            64 bits (bools rejected; :func:`fastrag.scoping.check_scope_value`), or ``tenant_key`` is not a
+            non-empty str of valid Unicode or is a reserved metadata key (``score``, ``source_uri``...).
     """
     if isinstance(tenant, bool) or not isinstance(tenant, str | int) or tenant == "":
         raise InvalidParameterError(f"tenant must be a non-empty str or an int, got {tenant!r}")
+    check_scope_value("tenant", tenant)
     if not isinstance(tenant_key, str) or not tenant_key:
         raise InvalidParameterError(f"tenant_key must be a non-empty str, got {tenant_key!r}")
+    check_scope_value("tenant_key", tenant_key)  # valid Unicode
     if tenant_key in RESERVED_KEYS:
         raise InvalidParameterError(f"tenant_key {tenant_key!r} is a reserved metadata key")
     return filter_field(tenant_key) == tenant

@@ -5,7 +5,7 @@ Each runs before any backend call, so a bad argument never reaches a server.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,23 +79,78 @@ def check_query_vector(embedding: Any, *, dimension: int | None, store: str) -> 
     return query
 
 
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: no lone surrogate (``"\\ud800"``), which no store can keep faithfully."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_id_text(doc_id: Any) -> None:
+    """Refuse an id that is not a str of valid Unicode.
+
+    A lone surrogate cannot be encoded as UTF-8: one store would raise a raw ``UnicodeEncodeError``,
+    another would store a mangled id (``"b\\ufffd..."``) that no later ``get`` finds. NUL and control
+    characters are valid and stay distinct (``"a\\x00x"`` is not ``"a"``).
+
+    Raises:
+        InvalidParameterError: ``doc_id`` is not a str, or holds a lone surrogate.
+    """
+    if not isinstance(doc_id, str):
+        raise InvalidParameterError(f"ids must be strings, got {doc_id!r}")
+    if not _is_unicode(doc_id):
+        raise InvalidParameterError(f"id {doc_id!r} is not valid Unicode (a lone surrogate); it cannot be stored")
+
+
 def check_unique_ids(documents: Sequence[Document]) -> list[str]:
     """Return the ids of ``documents`` (one ``upsert`` call's), in order.
 
     Raises:
-        InvalidParameterError: an id repeats.
+        InvalidParameterError: an id repeats, or is not valid Unicode (see :func:`check_id_text`).
     """
     ids = [d.id for d in documents]
+    for doc_id in ids:
+        check_id_text(doc_id)
     if len(set(ids)) != len(ids):
         raise InvalidParameterError("upsert got the same document id twice in one call")
     return ids
+
+
+def check_document_text(documents: Sequence[Document]) -> None:
+    """Refuse documents whose content, metadata keys or metadata strings (at any depth) are not valid Unicode.
+
+    Runs before anything is written, so a bad document never reaches a store that would raise a raw
+    ``UnicodeEncodeError`` or keep a mangled copy (replacement characters in place of the text given).
+
+    Raises:
+        InvalidParameterError: names the document; nothing was written.
+    """
+    for doc in documents:
+        pending: list[Any] = [doc.content, doc.metadata]
+        while pending:  # iterative: metadata may nest deeper than Python's recursion limit
+            item = pending.pop()
+            if isinstance(item, str):
+                if not _is_unicode(item):
+                    raise InvalidParameterError(
+                        f"document {doc.id!r} holds text that is not valid Unicode (a lone surrogate); "
+                        "nothing was written"
+                    )
+            elif isinstance(item, Mapping):
+                for key, value in item.items():
+                    pending.append(key)
+                    pending.append(value)
+            elif isinstance(item, list | tuple):
+                pending.extend(item)
 
 
 def distinct_ids(ids: Sequence[str] | None) -> list[str] | None:
     """``ids`` without repeats, in first-seen order (``None`` stays ``None``: no restriction by id).
 
     Raises:
-        InvalidParameterError: ``ids`` is a single string, or holds something other than strings.
+        InvalidParameterError: ``ids`` is a single string, or holds something other than strings, or an
+            id that is not valid Unicode (see :func:`check_id_text`).
     """
     if ids is None:
         return None
@@ -103,6 +158,5 @@ def distinct_ids(ids: Sequence[str] | None) -> list[str] | None:
         raise InvalidParameterError("ids must be a sequence of strings, not one string")
     out = list(dict.fromkeys(ids))
     for doc_id in out:
-        if not isinstance(doc_id, str):
-            raise InvalidParameterError(f"ids must be strings, got {doc_id!r}")
+        check_id_text(doc_id)
     return out

@@ -51,8 +51,11 @@ import asyncio
 import json
 import math
 import re
+import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,7 @@ import httpx
 import numpy as np
 
 from fastrag.errors import (
+    AuthenticationError,
     BackendError,
     BackendTemporarilyUnavailableError,
     BackendUnavailableError,
@@ -71,6 +75,7 @@ from fastrag.errors import (
     FastragError,
     FilterError,
     InvalidParameterError,
+    RateLimitError,
     UnsupportedFilterError,
 )
 from fastrag.filters import RANGE_OPERATORS, And, Comparison, Filter, FilterLike, Not, Or, parse_date, parse_filter
@@ -81,6 +86,7 @@ from fastrag.vector_store._validation import (
     check_embeddings,
     check_k,
     check_query_vector,
+    check_document_text,
     check_unique_ids,
     distinct_ids,
 )
@@ -684,8 +690,10 @@ class ChromaVectorStore:
 
     async def _call(self, fn: Callable[[], Any], what: str) -> Any:
         """Run one Chroma call: awaited under the timeout (async client) or in a worker thread (sync)."""
+        token = _HTTP_STATUS.set(None)
         try:
             if self._is_async:
+                _watch_statuses(self._client)
                 with anyio.fail_after(self.timeout):
                     return await fn()
             return await anyio.to_thread.run_sync(fn)
@@ -695,7 +703,17 @@ class ChromaVectorStore:
             if isinstance(exc, self._chromadb.errors.NotFoundError):
                 self._collection = None  # deleted behind our back: look it up again next time
                 self._opened = False
-            raise _mapped(exc, self.location, what) from exc
+            raise _mapped(exc, self.location, what, status=_HTTP_STATUS.get()) from exc
+        finally:
+            _HTTP_STATUS.reset(token)
+
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Turn an answer of the wrong shape (a proxy's ``{}`` with status 200) into a typed error naming the store."""
+        try:
+            yield
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise BackendError(f"Chroma answered {what} with a malformed response: {exc!r}", store=self.location) from exc
 
     async def _fetch_collection(self) -> Any:
         client = self._client
@@ -820,6 +838,7 @@ class ChromaVectorStore:
         if not docs:
             return
         ids = check_unique_ids(docs)
+        check_document_text(docs)
         if embeddings is None:
             raise InvalidParameterError("ChromaVectorStore stores vectors: upsert needs embeddings")
         matrix = check_embeddings(embeddings, len(docs), dimension=None, store=self.location)  # width: below
@@ -891,7 +910,8 @@ class ChromaVectorStore:
         found = await self._call(
             lambda: collection.get(ids=id_list, where=where, where_document=where_document, include=[]), "delete"
         )
-        doomed = list(found["ids"])
+        with self._reading("delete"):
+            doomed = [str(i) for i in found["ids"]]
         batch = await self._max_batch_size()
         for start in range(0, len(doomed), batch):
             chunk = doomed[start : start + batch]
@@ -915,11 +935,16 @@ class ChromaVectorStore:
         if collection is None:
             return 0
         if where is None and where_document is None:
-            return int(await self._call(collection.count, "count"))
+            total = await self._call(collection.count, "count")
+            with self._reading("count"):
+                if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+                    raise TypeError(f"a count must be an int >= 0, got {total!r}")
+                return total
         found = await self._call(
             lambda: collection.get(where=where, where_document=where_document, include=[]), "count"
         )
-        return len(found["ids"])
+        with self._reading("count"):
+            return len(found["ids"])
 
     async def get(
         self,
@@ -954,7 +979,8 @@ class ChromaVectorStore:
             found = await self._call(
                 lambda: collection.get(ids=id_list, where=where, where_document=where_document, include=[]), "get"
             )
-            id_list = sorted(found["ids"])[:limit]
+            with self._reading("get"):
+                id_list = sorted(found["ids"])[:limit]
             if not id_list:
                 return []
             where = where_document = None
@@ -964,10 +990,11 @@ class ChromaVectorStore:
             ),
             "get",
         )
-        docs = [
-            _document(i, c, m)
-            for i, c, m in zip(result["ids"], result["documents"] or [], result["metadatas"] or [], strict=True)
-        ]
+        with self._reading("get"):
+            docs = [
+                _document(i, c, m)
+                for i, c, m in zip(result["ids"], result["documents"] or [], result["metadatas"] or [], strict=True)
+            ]
         docs.sort(key=lambda d: d.id)
         return docs
 
@@ -1018,20 +1045,22 @@ class ChromaVectorStore:
                 ),
                 "search_vector",
             )
-            hits = sorted(
-                (
-                    (min(1.0, max(-1.0, 1.0 - float(distance))), i, c, m)
-                    for i, c, m, distance in zip(
-                        result["ids"][0], result["documents"][0], result["metadatas"][0], result["distances"][0],
-                        strict=True,
-                    )
-                ),
-                key=lambda h: (-h[0], h[1]),
-            )
+            with self._reading("search_vector"):
+                hits = sorted(
+                    (
+                        (min(1.0, max(-1.0, 1.0 - float(distance))), i, c, m)
+                        for i, c, m, distance in zip(
+                            result["ids"][0], result["documents"][0], result["metadatas"][0], result["distances"][0],
+                            strict=True,
+                        )
+                    ),
+                    key=lambda h: (-h[0], h[1]),
+                )
             if len(hits) < wanted or hits[-1][0] != hits[k - 1][0]:
                 break
             wanted *= 2  # the k-th score ties with the last one fetched: more may tie beyond it
-        return [_document(i, c, m).ranked(score=s, rank=r) for r, (s, i, c, m) in enumerate(hits[:k])]
+        with self._reading("search_vector"):
+            return [_document(i, c, m).ranked(score=s, rank=r) for r, (s, i, c, m) in enumerate(hits[:k])]
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -1075,12 +1104,46 @@ def _parse_server_url(url: str) -> tuple[str, int, bool]:
     return parsed.hostname, port or (443 if scheme == "https" else 8000), scheme == "https"
 
 
-def _mapped(exc: BaseException, store: str, what: str) -> BackendError:
-    """Our error for a Chroma SDK exception raised while doing ``what``."""
+def _mapped(exc: BaseException, store: str, what: str, *, status: int | None = None) -> BackendError:
+    """Our error for a Chroma SDK exception raised while doing ``what``; ``status`` is the HTTP status of the
+    last response the call received (chromadb raises a bare ``Exception(body)`` for a non-Chroma error
+    body, so the status is read from the response itself, see :func:`_watch_statuses`)."""
     text = str(exc) or type(exc).__name__
+    chroma_errors = getattr(sys.modules.get("chromadb.errors"), "__dict__", {})
+    auth_types = tuple(t for t in (chroma_errors.get("AuthorizationError"), chroma_errors.get("ChromaAuthError")) if t)
+    if status in (401, 403) or (auth_types and isinstance(exc, auth_types)):
+        return AuthenticationError(f"Chroma refused the credentials ({what}): HTTP {status or 401}: {text}", store=store)
+    if status == 429:
+        return RateLimitError(f"Chroma rate limit ({what}): {text}", store=store)
+    if status in (502, 503, 504):
+        return BackendTemporarilyUnavailableError(f"Chroma server unavailable ({what}): HTTP {status}: {text}", store=store)
     if isinstance(exc, TimeoutError | httpx.TransportError | ConnectionError) or "Could not connect" in text:
         return BackendTemporarilyUnavailableError(f"cannot reach the Chroma server ({what}): {text}", store=store)
+    if status is not None and status >= 400:
+        return BackendError(f"Chroma failed ({what}): HTTP {status}: {text}", store=store)
     return BackendError(f"Chroma failed ({what}): {text}", store=store)
+
+
+_HTTP_STATUS: ContextVar[int | None] = ContextVar("fastrag_chroma_http_status", default=None)
+"""The status of the last HTTP response seen by the current call (set by :func:`_record_status`)."""
+
+
+async def _record_status(response: httpx.Response) -> None:
+    _HTTP_STATUS.set(response.status_code)
+
+
+def _watch_statuses(client: Any) -> None:
+    """Hook :func:`_record_status` into the httpx client chromadb's ``AsyncHttpClient`` uses on this event loop
+    (idempotent; a chromadb without that layout is left alone, its errors mapped without a status)."""
+    get_http = getattr(getattr(client, "_server", None), "_get_client", None)
+    if get_http is None:
+        return
+    try:
+        hooks = get_http().event_hooks
+    except Exception:  # noqa: BLE001 - another chromadb layout
+        return
+    if _record_status not in hooks.get("response", []):
+        hooks.setdefault("response", []).append(_record_status)
 
 
 async def _release_async_client(client: Any, loop_key: int | None) -> None:

@@ -47,7 +47,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -56,6 +57,7 @@ import anyio
 import numpy as np
 
 from fastrag.errors import (
+    AuthenticationError,
     BackendError,
     BackendTemporarilyUnavailableError,
     BackendUnavailableError,
@@ -84,6 +86,7 @@ from fastrag.vector_store._validation import (
     check_embeddings,
     check_k,
     check_query_vector,
+    check_document_text,
     check_unique_ids,
     distinct_ids,
 )
@@ -752,7 +755,7 @@ class OpenSearchVectorStore:
             if status == 429:
                 raise RateLimitError(message, store=self.name) from exc
             if status in (401, 403):
-                raise BackendUnavailableError(message, store=self.name) from exc
+                raise AuthenticationError(message, store=self.name) from exc
             if status == 404 and _error_type(exc) == "index_not_found_exception":
                 raise BackendUnavailableError(f"index {self.index!r} does not exist ({what})", store=self.name) from exc
             raise BackendError(message, store=self.name) from exc
@@ -872,6 +875,7 @@ class OpenSearchVectorStore:
         if not docs:
             return
         check_unique_ids(docs)
+        check_document_text(docs)
         rows = self._vector_rows(embeddings, len(docs))
         sources = [document_source(d, row) for d, row in zip(docs, rows, strict=True)]
         width = None if rows[0] is None else len(rows[0])
@@ -892,7 +896,7 @@ class OpenSearchVectorStore:
             response = await self._call(
                 "bulk upsert", self._client.bulk, index=self.index, body=body, refresh=_refresh_param(self.refresh)
             )
-            if response.get("errors"):
+            if self._mapping(response, "bulk upsert").get("errors"):
                 failed = [
                     (doc.id, item.get("index", {}).get("error"))
                     for (doc, _), item in zip(chunk, response.get("items", []), strict=False)
@@ -954,11 +958,12 @@ class OpenSearchVectorStore:
             body={"query": query},
             refresh=self.refresh is not False,
         )
-        if response.get("failures"):
+        if self._mapping(response, "delete by query").get("failures"):
             raise BackendError(
                 f"delete by query failed for some documents: {_error_text(response['failures'][0])}", store=self.name
             )
-        return int(response.get("deleted", 0))
+        with self._reading("delete by query"):
+            return int(response.get("deleted", 0))
 
     # ------------------------------------------------------------------ reads
 
@@ -974,7 +979,11 @@ class OpenSearchVectorStore:
             return 0
         body = None if native is None else {"query": native}
         response = await self._call("count", self._client.count, index=self.index, body=body)
-        return int(response["count"])
+        with self._reading("count"):
+            count = response["count"]
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise TypeError(f"count must be an int >= 0, got {count!r}")
+            return count
 
     async def get(
         self,
@@ -1016,11 +1025,12 @@ class OpenSearchVectorStore:
             if after is not None:
                 body["search_after"] = after
             response = await self._call("get", self._client.search, index=self.index, body=body)
-            hits = response["hits"]["hits"]
+            hits = self._hits(response, "get")
             out.extend(self._document(hit) for hit in hits)
             if len(hits) < size:
                 break
-            after = hits[-1]["sort"]
+            with self._reading("get"):
+                after = hits[-1]["sort"]
         return out
 
     async def search_text(
@@ -1054,7 +1064,7 @@ class OpenSearchVectorStore:
             return []
         body = text_search_body(query, k=k, filter_query=native)
         response = await self._call("search_text", self._client.search, index=self.index, body=body)
-        hits = [(self._score(hit), hit) for hit in response["hits"]["hits"]]
+        hits = [(self._score(hit), hit) for hit in self._hits(response, "search_text")]
         return self._ranked(hits, k)
 
     async def search_vector(
@@ -1097,7 +1107,7 @@ class OpenSearchVectorStore:
         body = knn_search_body(vector.tolist(), k=k, filter_query=native, exact=self.exact)
         response = await self._call("search_vector", self._client.search, index=self.index, body=body)
         hits = []
-        for hit in response["hits"]["hits"]:
+        for hit in self._hits(response, "search_vector"):
             raw = self._score(hit)
             cosine = raw - 1.0 if self.exact else 2.0 * raw - 1.0
             hits.append((min(1.0, max(-1.0, cosine)), hit))
@@ -1105,13 +1115,35 @@ class OpenSearchVectorStore:
 
     # ------------------------------------------------------------------ helpers
 
+    @contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """Turn an answer of the wrong shape (a proxy's ``{}`` with status 200) into a typed error naming the store."""
+        try:
+            yield
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise BackendError(f"OpenSearch answered {what} with a malformed response: {exc!r}", store=self.name) from exc
+
+    def _mapping(self, response: Any, what: str) -> Mapping[str, Any]:
+        if not isinstance(response, Mapping):
+            raise BackendError(f"OpenSearch answered {what} with a malformed response: {response!r:.200}", store=self.name)
+        return response
+
+    def _hits(self, response: Any, what: str) -> list[Mapping[str, Any]]:
+        """``response["hits"]["hits"]``, checked: a list of objects."""
+        with self._reading(what):
+            hits = self._mapping(response, what)["hits"]["hits"]
+            if not isinstance(hits, list) or not all(isinstance(hit, Mapping) for hit in hits):
+                raise TypeError(f"hits.hits must be a list of objects, got {hits!r:.200}")
+            return hits
+
     def _score(self, hit: Mapping[str, Any]) -> float:
         score = hit.get("_score")
         if score is None and hit.get("sort"):
             score = hit["sort"][0]
         if score is None:
             raise BackendError(f"OpenSearch returned a hit without a score: {hit.get('_id')!r}", store=self.name)
-        return float(score)
+        with self._reading("a search"):
+            return float(score)
 
     def _ranked(self, hits: list[tuple[float, Mapping[str, Any]]], k: int) -> list[Document]:
         return best_first([(score, self._document(hit)) for score, hit in hits], k)

@@ -89,10 +89,12 @@ from fastrag.filters import (
 from fastrag.models import BRANCHES, RANK, SCORE, Document
 from fastrag.vector_store._metadata import epoch_micros, is_number
 from fastrag.vector_store._validation import (
+    check_document_text,
     check_embeddings,
     check_k,
     check_query_vector,
     check_unique_ids,
+    distinct_ids,
 )
 
 if TYPE_CHECKING:
@@ -805,10 +807,8 @@ class QdrantVectorStore:
         if ids is not None:
             if isinstance(ids, str) or not isinstance(ids, Sequence | set | frozenset):
                 raise InvalidParameterError("ids must be a sequence of strings, not one string")
-            ids = list(ids)
-            if not all(isinstance(i, str) for i in ids):
-                raise InvalidParameterError("ids must be strings")
-            id_condition = m.Filter(must=[m.HasIdCondition(has_id=[point_id(i) for i in dict.fromkeys(ids)])])
+            unique = distinct_ids(list(ids)) or []  # valid Unicode: point_id() encodes them as UTF-8
+            id_condition = m.Filter(must=[m.HasIdCondition(has_id=[point_id(i) for i in unique])])
         return _and(m, _native_filter(m, filter), id_condition)
 
     # ------------------------------------------------------------------ writes
@@ -835,6 +835,7 @@ class QdrantVectorStore:
             if not isinstance(doc, Document):
                 raise InvalidParameterError(f"upsert takes Document objects, got {type(doc).__name__}")
         check_unique_ids(docs)
+        check_document_text(docs)
         matrix = (
             None if embeddings is None
             else check_embeddings(embeddings, len(docs), dimension=self.dimension, store=self.name)

@@ -12,6 +12,7 @@ import numpy as np
 
 from fastrag.errors import InvalidParameterError
 from fastrag.models import RANK, SCORE, Document, owned_document
+from fastrag.vector_store._validation import check_id_text
 from fastrag.vector_store.sqlite.columns import MISSING, Column
 from fastrag.vector_store.sqlite.schema import meta_int
 from fastrag.vector_store.sqlite.snapshot import Snapshot
@@ -46,7 +47,10 @@ def id_list(ids: Sequence[str] | None) -> list[str] | None:
         return None
     if isinstance(ids, str):
         raise InvalidParameterError("ids must be a sequence of strings, not one string")
-    return list(ids)
+    out = list(ids)
+    for doc_id in out:
+        check_id_text(doc_id)
+    return out
 
 
 def rowids_of(conn: sqlite3.Connection, ids: list[str]) -> dict[str, int]:
