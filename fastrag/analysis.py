@@ -11,10 +11,10 @@ always agree. Steps, in order:
    zero-width joiners (``\\w`` of the ``regex`` module, UTS #18), without ``_``. Combining marks stay
    inside their word in every script (UAX #29's rule WB4: a Devanagari vowel sign or virama, an Arabic
    haraka, a Thai tone mark never starts a term). Punctuation splits a word (``"can't"`` -> ``can``,
-   ``t``; ``"3.14"`` -> ``3``, ``14``), where UAX #29 keeps such words whole: fastrag did so before,
-   bm25s and Lucene's English analysis end in the same terms for English, and the measured difference on
-   SciFact and XQuAD is in ``benchmarks/results/tokenizers.md``. ASCII text takes a faster path with the
-   same result.
+   ``t``; ``"3.14"`` -> ``3``, ``14``), where UAX #29 keeps such words whole: fastrag did so before (as
+   bm25s's ``\\w\\w+`` does), so English terms are unchanged (one of SciFact's 6,292 texts differs, by
+   a combining mark). ASCII text takes a faster path with the same result. Candidates and speeds:
+   ``benchmarks/results/word_segmentation.md``.
 3. Runs of Thai, Lao, Khmer and Myanmar letters, written without spaces between words, are cut into
    dictionary words by ICU's word break iterator (UAX #29 with ICU's dictionaries, through ``icu4py``:
    ``pip install "fastrag-retrieval[icu]"``). Without it they become bigrams as CJK runs do, of

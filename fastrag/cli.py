@@ -33,7 +33,7 @@ from fastrag.config import (
     split_embedder_name,
 )
 from fastrag.errors import BackendError, ConfigurationError, FastragError
-from fastrag.models import TITLE, Document
+from fastrag.models import TITLE
 
 T = TypeVar("T")
 
@@ -156,10 +156,14 @@ def main() -> None:
 @click.option("--prune", is_flag=True, help="Remove chunks of files under PATHS that no longer exist.")
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
+@click.option("--language", "language",
+              help='The documents\' language, stamped as metadata["language"] so BM25 stems them in it: an '
+                   "ISO 639-1 code (de, hi, tr, ...), or auto to detect it per file or BEIR document with "
+                   'Lingua (pip install "fastrag-retrieval[language]").')
 @_embedder_options
 def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, embedding_cache: str | None,
           chunk_size: int, chunk_overlap: int | None, prune: bool, lexical_store_url: str | None,
-          embedder_options: dict[str, Any]) -> None:
+          language: str | None, embedder_options: dict[str, Any]) -> None:
     """Index .txt, .md, .html, .pdf, .docx files and BEIR corpus.jsonl files under PATHS (folders are walked).
 
     PDF and Word files need their extras (pip install "fastrag-retrieval[pdf,docx]"); one that cannot be
@@ -169,6 +173,7 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
 
     settings = _settings({"store": store_url, "embedding_model": model, "lexical_store": lexical_store_url,
                           "embedding_cache": embedding_cache, **embedder_options})
+    language_options = _language_options(language, detect_all=True)
     cache_note: list[str] = []
 
     async def go() -> Any:
@@ -182,7 +187,7 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
                 cache = await stack.enter_async_context(EmbeddingCache(cache_path))
                 embedder = CachedEmbedder(embedder, cache)
             pipeline = IngestionPipeline(embedder=embedder, vector_store=store, lexical_store=lexical,
-                                         chunker=chunker)
+                                         chunker=chunker, **language_options)
             report = await pipeline.run(list(paths), prune=prune)
             if isinstance(embedder, CachedEmbedder):
                 cache_note.append(f"embedding cache: {embedder.hits} chunk vectors reused, {embedder.misses} "
@@ -199,10 +204,58 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
         click.echo(note)
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
+    if report.languages:
+        click.echo("languages: " + ", ".join(f"{code or 'undetected'} {n}" for code, n in sorted(report.languages.items())))
+    if report.zero_vectors:
+        click.echo(f"warning: {report.zero_vectors} chunks embedded to the zero vector (none of their words is in "
+                   "the embedding model's vocabulary): only BM25 can find them", err=True)
     for error in report.errors:
         click.echo(f"error: {error}", err=True)
     if report.errors:
         sys.exit(EXIT_INVALID)
+
+
+def _language_options(language: str | None, *, detect_all: bool) -> dict[str, Any]:
+    """``--language``: ``{}``, ``{"language": code}``, or (``auto`` when indexing) a Lingua detector over
+    every language it knows, in low-accuracy mode (documents are long enough for it). A bad value is
+    invalid input (exit 1)."""
+    from fastrag.analysis import primary_language
+
+    if language is None:
+        return {}
+    if language == "auto":
+        if not detect_all:
+            return {}
+        from fastrag.language import LinguaLanguageDetector
+
+        try:
+            return {"language_detector": LinguaLanguageDetector.every_language(low_accuracy=True)}
+        except FastragError as exc:
+            click.echo(f"error: --language auto: {exc}", err=True)
+            sys.exit(EXIT_INVALID)
+    if primary_language(language) is None:
+        click.echo(f"error: --language must be auto or a language code such as de, got {language!r}", err=True)
+        sys.exit(EXIT_INVALID)
+    return {"language": language}
+
+
+async def _question_language(lexical: Any, language: str | None) -> dict[str, Any]:
+    """``search --language``: a code is the question's language; ``auto`` detects it with Lingua among the
+    languages the store's documents were analysed in (one: that one; none recorded: the store's own)."""
+    if language != "auto":
+        return _language_options(language, detect_all=False)
+    languages = getattr(lexical, "languages", None)
+    if not callable(languages):
+        raise ConfigurationError(f"--language auto needs a store that records its documents' languages (the "
+                                 f"SQLite store); {lexical!r} does not: give the question's language code")
+    held = [code for code in await languages() if code]
+    if len(held) == 1:
+        return {"language": held[0]}
+    if not held:
+        return {}
+    from fastrag.language import LinguaLanguageDetector
+
+    return {"detector": LinguaLanguageDetector(held)}
 
 
 # --------------------------------------------------------------------------------------------- search
@@ -218,6 +271,7 @@ async def _open_retriever(
     rerank: str = "none",
     rerank_model: str | None = None,
     candidate_k: int = 40,
+    language: str | None = None,
 ) -> AsyncIterator[Any]:
     """The retriever ``search`` and ``ask`` use: ``settings.mode`` over the existing store, path rules, an
     optional reranker; stores, embedder and reranker are closed on exit."""
@@ -238,7 +292,8 @@ async def _open_retriever(
                     f"{settings.store} was built with embedding model {store.embedding_model!r}, not "
                     f"{embedder.name!r}; search it with the same model, or use --mode keyword"
                 )
-        retriever = build_retriever(settings.mode, store=store, embedder=embedder, lexical_store=lexical)
+        options = await _question_language(lexical or store, language) if settings.mode != "vector" else {}
+        retriever = build_retriever(settings.mode, store=store, embedder=embedder, lexical_store=lexical, **options)
         retriever = PathFilterRetriever(
             retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None, path_filter=path_filter
         )
@@ -272,27 +327,40 @@ async def _open_retriever(
 @click.option("--candidate-k", default=40, show_default=True, type=click.IntRange(min=1),
               help="First-stage candidates the reranker reads (with --rerank).")
 @click.option("--model", "model", help="The embedder's model (default: the one the store recorded).")
+@click.option("--language", "language",
+              help="The question's language for BM25 (an ISO 639-1 code), or auto to detect it with Lingua among "
+                   "the languages of the store's documents. Default: each language the store holds.")
 @_embedder_options
 def search(query: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
            include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
            as_json: bool, lexical_store_url: str | None, rerank: str, rerank_model: str | None,
-           candidate_k: int, model: str | None, embedder_options: dict[str, Any]) -> None:
+           candidate_k: int, model: str | None, language: str | None, embedder_options: dict[str, Any]) -> None:
     """Search the index for QUERY and print the best documents."""
     from fastrag.filters import parse_filter
+    from fastrag.retrieval.result import retrieve_result
 
     settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url,
                           "embedding_model": model, **embedder_options})
+    _language_options(language, detect_all=False)  # a bad code is refused before the store is opened
 
-    async def go() -> list[Document]:
+    async def go() -> Any:
         node = parse_filter(filter_json)
         async with _open_retriever(settings, include_glob=include_glob, exclude_glob=exclude_glob,
                                    path_filter=path_filter, rerank=rerank, rerank_model=rerank_model,
-                                   candidate_k=candidate_k) as retriever:
-            return await retriever.retrieve(query, k=top_k, filter=node)
+                                   candidate_k=candidate_k, language=language) as retriever:
+            result = await retrieve_result(retriever, query, k=top_k, filter=node)
+            if result.error is not None:
+                raise result.error
+            return result
 
-    hits = _run(go, settings.store)
+    result = _run(go, settings.store)
+    hits = list(result.documents)
+    if result.zero_vector_branches:
+        click.echo(f"warning: the question embedded to the zero vector (none of its words is in the embedding "
+                   f"model's vocabulary): no results from {', '.join(result.zero_vector_branches)}", err=True)
     if as_json:
         click.echo(json.dumps({"query": query, "mode": settings.mode, "rerank": rerank,
+                               "zero_vector_branches": list(result.zero_vector_branches),
                                "documents": [d.to_dict() for d in hits]},
                               ensure_ascii=False, indent=2))
         return
@@ -419,10 +487,13 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
               help="Rerank each query's --top-k candidates: bi-encoder cosine (embedder) or a cross-encoder.")
 @click.option("--rerank-model",
               help="embedder: a Model2Vec model (default: --model's); cross-encoder: a local model folder (required).")
+@click.option("--language", "language",
+              help="The dataset's language (ISO 639-1, e.g. de): documents and queries are analysed for BM25 with "
+                   "its stemmer. Default: English analysis.")
 @_embedder_options
 def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url: str | None,
           model: str | None, embedding_cache: str | None, as_json: bool, lexical_store_url: str | None, rerank: str,
-          rerank_model: str | None, embedder_options: dict[str, Any]) -> None:
+          rerank_model: str | None, language: str | None, embedder_options: dict[str, Any]) -> None:
     """Evaluate retrieval on a BEIR dataset folder: nDCG@10, Recall@100, MRR@10."""
     import tempfile
 
@@ -433,6 +504,10 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
         sys.exit(EXIT_INVALID)
     settings = _settings({"mode": mode, "embedding_model": model, "lexical_store": lexical_store_url,
                           "embedding_cache": embedding_cache, **embedder_options})
+    if language == "auto":
+        click.echo("error: --language for eval is the dataset's language code (e.g. de), not auto", err=True)
+        sys.exit(EXIT_INVALID)
+    _language_options(language, detect_all=False)
 
     async def go() -> dict[str, float]:
         with tempfile.TemporaryDirectory(prefix="fastrag-eval-") as tmp:
@@ -450,7 +525,7 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
                                            embedding_model=embedder.name if embedder is not None else None,
                                            embedder=embedder, embedding_cache=cache_path,
                                            lexical_store_url=settings.lexical_store, rerank=rerank,
-                                           rerank_model=rerank_model)
+                                           rerank_model=rerank_model, language=language)
 
     scores = _run(go, store_url)
     report = {key: scores[key] for key in ("ndcg@10", "recall@100", "mrr@10")}
@@ -458,6 +533,7 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
         click.echo(json.dumps(report))
     else:
         reranked = "" if rerank == "none" else f", rerank={rerank}"
+        reranked += f", language={language}" if language else ""
         click.echo(f"{dataset_dir} ({split}, mode={settings.mode}{reranked}): "
                    + ", ".join(f"{k} = {v:.4f}" for k, v in report.items()))
 

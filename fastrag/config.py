@@ -483,6 +483,8 @@ def build_retriever(  # noqa: ANN201
     embedder: Any | None = None,
     lexical_store: Any | None = None,
     candidate_k: int | None = None,
+    language: str | None = None,
+    detector: Any | None = None,
 ):
     """The retriever for ``mode``: dense k-NN on ``store``, BM25 on ``lexical_store`` (default ``store``).
 
@@ -497,6 +499,8 @@ def build_retriever(  # noqa: ANN201
         embedder: required for ``"hybrid"`` and ``"vector"``.
         lexical_store: a separate store for BM25, for vector stores without full text (Chroma).
         candidate_k: per-branch candidates for hybrid (default: the HybridRetriever default).
+        language: the questions' language for the BM25 branch (``BM25Retriever(language=...)``).
+        detector: a language detector for the BM25 branch (``BM25Retriever(detector=...)``).
 
     Raises:
         ConfigurationError: unknown mode, no embedder for a mode that needs one, or a mode that needs BM25
@@ -514,8 +518,14 @@ def build_retriever(  # noqa: ANN201
             f"mode {mode!r} needs BM25, which {lexical!r} does not have; configure a lexical store "
             "(FASTRAG_LEXICAL_STORE or --lexical-store, e.g. sqlite:///.fastrag/bm25.db)"
         )
+    def bm25() -> BM25Retriever:
+        try:
+            return BM25Retriever(store=lexical, language=language, detector=detector)
+        except InvalidParameterError as exc:
+            raise ConfigurationError(str(exc)) from exc
+
     if mode == "keyword":
-        return BM25Retriever(store=lexical)
+        return bm25()
     if embedder is None:
         raise ConfigurationError(f"mode {mode!r} needs an embedder")
     vector = VectorRetriever(vector_store=store, embedder=embedder)
@@ -523,6 +533,6 @@ def build_retriever(  # noqa: ANN201
         return vector
     kwargs = {} if candidate_k is None else {"candidate_k": candidate_k}
     try:
-        return HybridRetriever([vector, BM25Retriever(store=lexical)], **kwargs)
+        return HybridRetriever([vector, bm25()], **kwargs)
     except InvalidParameterError as exc:
         raise ConfigurationError(str(exc)) from exc

@@ -1,5 +1,5 @@
 """Hand-made sentences per script for the tokenisation tests (tests/test_analysis_scripts.py) and
-benchmarks/tokenizers.py. Written for these tests, not downloaded. The scripts with spaces between words
+benchmarks/word_segmentation.py. Written for these tests, not downloaded. The scripts with spaces between words
 list each sentence's words as a reader separates them (punctuation dropped); the tests check that each of
 those words is exactly one term."""
 

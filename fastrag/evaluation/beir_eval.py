@@ -7,12 +7,14 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from fastrag.analysis import primary_language
 from fastrag.config import Settings, build_retriever, open_embedder, open_reranker, open_stores
 from fastrag.errors import ConfigurationError
 from fastrag.evaluation.beir import load_beir
 from fastrag.evaluation.metrics import evaluate
 from fastrag.evaluation.runner import run_retrieval
 from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
+from fastrag.models import LANGUAGE, Document
 from fastrag.retrieval._validation import check_positive_int
 
 __all__ = ["RERANKERS", "evaluate_beir"]
@@ -37,6 +39,7 @@ async def evaluate_beir(
     rerank_model: str | None = None,
     embedder: Any | None = None,
     embedding_cache: str | Path | None = None,
+    language: str | None = None,
 ) -> dict[str, float]:
     """Index a BEIR corpus (one document per corpus entry, no chunking), run its queries, score the run.
 
@@ -61,6 +64,9 @@ async def evaluate_beir(
             ``embedding_model``; it stays the caller's (not closed here).
         embedding_cache: an :class:`~fastrag.ingestion.EmbeddingCache` file: corpus vectors computed before
             with the same embedder are read from it (and new ones added), so a rerun embeds nothing.
+        language: the dataset's language (ISO 639-1, e.g. ``"de"``): every document is indexed with
+            ``metadata["language"]`` set to it and every query is analysed in it, so BM25 stems both
+            sides with that language's Snowball stemmer. ``None``: the store's analysis (English).
 
     Returns:
         Mean nDCG, Recall and MRR at 10 and 100 over the split's queries (keys such as ``"ndcg@10"``).
@@ -68,15 +74,20 @@ async def evaluate_beir(
     Raises:
         IngestionError: the dataset is missing or malformed.
         BackendError: the store failed.
-        ConfigurationError: an unknown ``rerank``, or ``"cross-encoder"`` without a local ``rerank_model``.
+        ConfigurationError: an unknown ``rerank``, or ``"cross-encoder"`` without a local ``rerank_model``,
+            or ``language`` is not a language code.
     """
     check_positive_int(top_k, "top_k")
     if rerank not in RERANKERS:
         raise ConfigurationError(f"unknown rerank {rerank!r}; expected one of {', '.join(RERANKERS)}")
     if rerank == "cross-encoder" and not rerank_model:
         raise ConfigurationError("rerank='cross-encoder' needs rerank_model: a local cross-encoder model folder")
+    if language is not None and primary_language(language) is None:
+        raise ConfigurationError(f"language must be a language code such as 'de', got {language!r}")
     dataset = load_beir(dataset_dir, split=split)
     docs = list(dataset.corpus.values())
+    if language is not None:
+        docs = [Document(id=d.id, content=d.content, metadata={**d.metadata, LANGUAGE: language}) for d in docs]
     owned = embedder is None and mode != "keyword"
     if owned:
         embedder = open_embedder(embedding_model)
@@ -101,7 +112,8 @@ async def evaluate_beir(
                     await store.upsert(batch, embeddings=embeddings)
                 if lexical is not store or mode == "keyword":
                     await lexical.upsert(batch, embeddings=embeddings if lexical is store else None)
-            retriever = build_retriever(mode, store=store, embedder=retrieval_embedder, lexical_store=lexical)
+            retriever = build_retriever(mode, store=store, embedder=retrieval_embedder, lexical_store=lexical,
+                                        language=language)
             if rerank != "none":
                 retriever = await stack.enter_async_context(_reranking(retriever, rerank, rerank_model, embedding_model, top_k))
             run = await run_retrieval(retriever, dataset.queries, k=top_k, concurrency=concurrency)

@@ -23,7 +23,7 @@ import hashlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,18 +33,53 @@ import anyio.to_thread
 import numpy as np
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
+from fastrag.analysis import primary_language
 from fastrag.errors import ConfigurationError, IngestionError, InvalidParameterError
 from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
 from fastrag.ingestion.chunking import Chunker
-from fastrag.ingestion.parsers import BINARY_KINDS, FileKind, ParsedDocument, file_kind, parse
+from fastrag.ingestion.parsers import (
+    BINARY_KINDS,
+    FileKind,
+    ParsedDocument,
+    file_kind,
+    parse,
+)
 from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
 from fastrag.ingestion.worker import ParserProcess
-from fastrag.models import CHUNK_INDEX, CONTENT_HASH, HEADINGS, PAGE, PARENT_ID, SOURCE_URI, TITLE, Document
-from fastrag.protocols import Embedder, LexicalStore, SupportsGet, VectorStore
-from fastrag.retrieval.sections import SECTION_END, SECTION_INDEX, SECTION_START, SectionIndex
+from fastrag.models import (
+    CHUNK_INDEX,
+    CONTENT_HASH,
+    HEADINGS,
+    LANGUAGE,
+    PAGE,
+    PARENT_ID,
+    SOURCE_URI,
+    TITLE,
+    Document,
+)
+from fastrag.protocols import (
+    Embedder,
+    LanguageDetector,
+    LexicalStore,
+    SupportsGet,
+    VectorStore,
+)
+from fastrag.retrieval.sections import (
+    SECTION_END,
+    SECTION_INDEX,
+    SECTION_START,
+    SectionIndex,
+)
 
 __all__ = ["CHUNKER", "HEADINGS", "IngestionFailure", "IngestionPipeline", "IngestionReport"]
 
@@ -55,6 +90,7 @@ DEFAULT_MAX_FILE_BYTES = 100 * 2**20
 DEFAULT_PARSE_TIMEOUT = 120.0
 """Seconds one PDF or DOCX file may take to parse by default."""
 
+_DETECT_CHARS = 2_000  # characters of a document its language is detected from (a paragraph settles it)
 _ID_BATCH = 500  # ids per get/delete call, well under every backend's limit on query size
 
 CHUNKER = "chunker"
@@ -94,6 +130,11 @@ class IngestionReport:
         skipped: the skipped files' paths, in walk order.
         warnings: what was indexed with something left out, in words naming the file (a PDF page without a
             text layer).
+        zero_vectors: chunks written whose embedding is all zeros (no word of theirs is in the
+            embedder's vocabulary, e.g. a script a static model does not know): dense k-NN never finds
+            them, only BM25 does. Logged at WARNING with a count per batch.
+        languages: ``{language: chunks}`` written with ``metadata["language"]`` set by this run
+            (``language=`` or ``language_detector=``); ``""`` counts chunks the detector could not place.
     """
 
     files_indexed: int = 0
@@ -104,6 +145,8 @@ class IngestionReport:
     errors: tuple[IngestionFailure, ...] = ()
     skipped: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    zero_vectors: int = 0
+    languages: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -139,6 +182,8 @@ class _Run:
     errors: list[IngestionFailure] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    zero_vectors: int = 0
+    languages: dict[str, int] = field(default_factory=dict)
     # what this run saw: a stored chunk whose source_uri is here (or under a prefix) survives a prune
     kept_uris: set[str] = field(default_factory=set)
     kept_prefixes: set[str] = field(default_factory=set)
@@ -161,6 +206,8 @@ class _Run:
             errors=tuple(self.errors),
             skipped=tuple(self.skipped),
             warnings=tuple(self.warnings),
+            zero_vectors=self.zero_vectors,
+            languages=dict(self.languages),
         )
 
 
@@ -215,8 +262,18 @@ class IngestionPipeline:
             that would make a parser loop or stall is recorded in :attr:`IngestionReport.errors` and
             skipped, and the run goes on. Text formats are parsed in a thread, without these limits.
 
+        language: stamp ``metadata["language"] = language`` (an ISO 639-1 code) on every chunk, so
+            stores that analyse text per language (the SQLite store) stem it in that language.
+        language_detector: detect each parsed document's language (a file, or one BEIR document) from
+            its text (title and sections, the detector's own length limit applies) and stamp it on the
+            document's chunks; a document it cannot place gets no language. In a worker thread.
+
+    A chunk's language is part of what "unchanged" compares: running again with another ``language``
+    (or a detector that now decides otherwise) rewrites the file's chunks.
+
     Raises:
-        InvalidParameterError: ``batch_size``, ``max_file_bytes`` or ``parse_timeout`` is not positive.
+        InvalidParameterError: ``batch_size``, ``max_file_bytes`` or ``parse_timeout`` is not positive;
+            ``language`` is not a language code, ``language_detector`` has no ``detect``, or both are given.
     """
 
     def __init__(
@@ -232,7 +289,17 @@ class IngestionPipeline:
         embedding_cache: EmbeddingCache | None = None,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         parse_timeout: float = DEFAULT_PARSE_TIMEOUT,
+        language: str | None = None,
+        language_detector: LanguageDetector | None = None,
     ) -> None:
+        if language is not None and language_detector is not None:
+            raise InvalidParameterError("give language= or language_detector=, not both")
+        if language is not None and primary_language(language) is None:
+            raise InvalidParameterError(f"language must be a language code such as 'de', got {language!r}")
+        if language_detector is not None and not isinstance(language_detector, LanguageDetector):
+            raise InvalidParameterError(f"language_detector has no detect() method: {language_detector!r}")
+        self._language = language
+        self._detector = language_detector
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
         if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes <= 0:
@@ -418,8 +485,15 @@ class IngestionPipeline:
         documents, sentinels, parsed = await anyio.to_thread.run_sync(self._chunk_all, parsed, content_hash)
         return content_hash, documents, sentinels, parsed
 
+    def _language_of(self, parsed: ParsedDocument) -> str | None:
+        if self._detector is None:
+            return self._language
+        text = "\n".join([parsed.title, *(section.text for section in parsed.sections)])
+        return self._detector.detect(text[:_DETECT_CHARS])
+
     def _chunk_documents(self, parsed: ParsedDocument, content_hash: str) -> list[Document]:
         documents: list[Document] = []
+        language = self._language_of(parsed) if (self._language or self._detector) else None
         for index, chunk in enumerate(self._chunker.chunk(parsed)):
             metadata = {
                 SOURCE_URI: parsed.source_uri,
@@ -436,6 +510,8 @@ class IngestionPipeline:
             page = parsed.sections[chunk.section_index].page
             if page is not None:
                 metadata[PAGE] = page
+            if language is not None:
+                metadata[LANGUAGE] = language
             documents.append(Document(id=f"{parsed.source_uri}#{index}", content=chunk.text, metadata=metadata))
         return documents
 
@@ -480,6 +556,18 @@ class IngestionPipeline:
         if not documents and not completed:
             return
         embeddings = await self._embedder.embed_documents(texts) if documents else None
+        if embeddings is not None and len(documents):
+            zero = int(np.count_nonzero(~np.asarray(embeddings).any(axis=1)))
+            if zero:
+                state.zero_vectors += zero
+                logger.warning(
+                    "ingestion: %d of %d chunks embedded to the zero vector (none of their words is in the "
+                    "embedder's vocabulary): only BM25 can find them", zero, len(documents),
+                )
+        if self._language is not None or self._detector is not None:
+            for doc in documents:
+                key = doc.metadata.get(LANGUAGE) or ""
+                state.languages[key] = state.languages.get(key, 0) + 1
         await send.send(_Batch(documents=documents, embeddings=embeddings, completed=completed))
 
     async def _write_batches(self, receive: MemoryObjectReceiveStream[_Batch], state: _Run) -> None:
@@ -592,6 +680,7 @@ def _same_chunk(stored: Document | None, new: Document) -> bool:
         stored is not None
         and stored.content == new.content
         and all(stored.metadata.get(key) == new.metadata[key] for key in (CONTENT_HASH, CHUNKER))
+        and stored.metadata.get(LANGUAGE) == new.metadata.get(LANGUAGE)
     )
 
 

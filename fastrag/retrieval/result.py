@@ -44,6 +44,7 @@ __all__ = [
     "ReturnsResult",
     "record_branch_failure",
     "record_timing",
+    "record_zero_vector",
     "retrieve_result",
     "stage",
     "timed",
@@ -70,6 +71,11 @@ class RetrievalResult:
         timings: wall-clock seconds per stage: ``"total"`` for the whole call; for a hybrid retriever each
             branch by name and ``"fusion"``; for a vector retriever ``"embed"`` and ``"search"``
             (prefixed with the branch name inside a hybrid, e.g. ``"vector/embed"``).
+        zero_vector_branches: the dense branches whose question embedded to the zero vector (none of its
+            words is in the embedder's vocabulary), by name (``"vector"``; inside a hybrid the branch's
+            name there). Such a branch has no neighbours and returns nothing; a hybrid then ranks by its
+            other branches alone (an empty branch adds the same zero to every document, so their order
+            is unchanged). Each is also logged at WARNING on ``fastrag.retrieval``.
     """
 
     documents: tuple[Document, ...] = ()
@@ -77,11 +83,13 @@ class RetrievalResult:
     failed_branches: Mapping[str, Exception] = field(default_factory=lambda: MappingProxyType({}))
     partial: bool = False
     timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    zero_vector_branches: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "documents", tuple(self.documents))
         object.__setattr__(self, "failed_branches", _frozen(self.failed_branches))
         object.__setattr__(self, "timings", _frozen(self.timings))
+        object.__setattr__(self, "zero_vector_branches", tuple(self.zero_vector_branches))
 
     @property
     def retrieval_failed(self) -> bool:
@@ -92,12 +100,13 @@ class RetrievalResult:
 class _Collector:
     """What the stages of one call report; one per :func:`retrieve_result` call, never shared."""
 
-    __slots__ = ("absorbed", "failed", "timings")
+    __slots__ = ("absorbed", "failed", "timings", "zero_vector")
 
     def __init__(self) -> None:
         self.failed: dict[str, Exception] = {}
         self.absorbed = False
         self.timings: dict[str, float] = {}
+        self.zero_vector: list[str] = []
 
 
 _collector: ContextVar[_Collector | None] = ContextVar("fastrag_retrieval_collector", default=None)
@@ -159,6 +168,16 @@ def stage(name: str) -> AbstractContextManager[None]:
     """Within the block (one branch's task), stages report under ``"<name>/"`` (a no-op outside a
     :func:`retrieve_result` call, where nothing is collected)."""
     return _UNOBSERVED if _collector.get() is None else _Stage(name)
+
+
+def record_zero_vector(name: str) -> None:
+    """Report that the dense retriever ``name`` got a zero query vector and returned nothing (inside a
+    hybrid branch, the branch's name is reported)."""
+    collector = _collector.get()
+    if collector is not None:
+        branch = _prefix.get().rstrip("/") or name
+        if branch not in collector.zero_vector:
+            collector.zero_vector.append(branch)
 
 
 def record_branch_failure(name: str, error: Exception, *, absorbed: bool) -> None:
@@ -225,6 +244,7 @@ async def retrieve_result(
         failed_branches=collector.failed,
         partial=collector.absorbed,
         timings=collector.timings,
+        zero_vector_branches=tuple(collector.zero_vector),
     )
 
 

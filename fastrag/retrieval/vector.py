@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from fastrag.errors import DimensionMismatchError, EmbeddingError
@@ -10,8 +12,10 @@ from fastrag.models import Document
 from fastrag.protocols import Embedder, VectorStore
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
-from fastrag.retrieval.result import ReturnsResult, timed
+from fastrag.retrieval.result import ReturnsResult, record_zero_vector, timed
 from fastrag.retrieval.thresholds import check_min_score, keep_above
+
+logger = logging.getLogger("fastrag.retrieval")
 
 __all__ = ["VectorRetriever"]
 
@@ -66,7 +70,10 @@ class VectorRetriever(ReturnsResult):
         """Up to ``k`` documents nearest to ``query``, best first, matching both filters.
 
         A question that embeds to the zero vector (none of its words is in the model's vocabulary) has
-        no dense neighbours: the result is empty, and in a hybrid the other branches decide.
+        no dense neighbours: the result is empty, and in a hybrid the other branches decide. It is never
+        silent: a WARNING on logger ``fastrag.retrieval``, and
+        :attr:`RetrievalResult.zero_vector_branches <fastrag.retrieval.result.RetrievalResult.zero_vector_branches>`
+        names the branch.
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
@@ -76,6 +83,11 @@ class VectorRetriever(ReturnsResult):
         if not embedding.any():
             # every word of the question is outside the model's vocabulary: it has no dense neighbours
             # (stores refuse an all-zero query, whose cosine with anything is undefined)
+            record_zero_vector(self.name)
+            logger.warning(
+                "dense retrieval: %r embedded the question to the zero vector (none of its words is in its "
+                "vocabulary); no dense results for %r", getattr(self.embedder, "name", self.embedder), query[:80],
+            )
             return []
         with timed("search"):
             found = await self.vector_store.search_vector(embedding, k=k, filter=node)

@@ -22,8 +22,8 @@ consonant) and the share of one-character terms, on hand-made sentences per scri
 second of ``tokens(text)`` (NFKC and case folding excluded: every candidate gets the same folded text) on
 SciFact (English), XQuAD German, Russian and Chinese, and the hand-made sentences repeated.
 
-Run: ``python benchmarks/tokenizers.py [--write]`` (about a minute; ``--write`` saves
-``benchmarks/results/tokenizers.md``). Candidates whose package is missing are listed as such.
+Run: ``python benchmarks/word_segmentation.py [--write]`` (about a minute; ``--write`` saves
+``benchmarks/results/word_segmentation.md``). Candidates whose package is missing are listed as such.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def fold(text: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="save benchmarks/results/tokenizers.md")
+    parser.add_argument("--write", action="store_true", help="save benchmarks/results/word_segmentation.md")
     args = parser.parse_args()
     cands = candidates()
     texts = {name: [fold(t) for t in docs] for name, docs in corpora().items()}
@@ -132,7 +132,7 @@ def main() -> None:
     lines = [
         "# Word segmentation candidates (issue 14)",
         "",
-        (f"`python benchmarks/tokenizers.py --write`, CPython {platform.python_version()}, {platform.machine()}; "
+        (f"`python benchmarks/word_segmentation.py --write`, CPython {platform.python_version()}, {platform.machine()}; "
          "speed is tokens/s of the segmentation alone (text already NFKC-normalised and case-folded), "
          "best of 3 runs."),
         "",
@@ -173,7 +173,7 @@ def main() -> None:
     report = "\n".join(lines) + "\n"
     print(report)
     if args.write:
-        out = ROOT / "benchmarks" / "results" / "tokenizers.md"
+        out = ROOT / "benchmarks" / "results" / "word_segmentation.md"
         out.write_text(report, encoding="utf-8")
         print(f"wrote {out}")
 
