@@ -14,7 +14,8 @@ the shipped default and the test-best cell (for information, never for selection
 the shipped default are finally rerun end to end through ``HybridRetriever`` on the test queries, to check
 that the prefix shortcut gives the same numbers.
 
-Run from the repository root (vectors come from ``benchmarks/.cache/emb``; a miss embeds and caches)::
+Run from the repository root (vectors come from ``benchmarks/.cache/embeddings.db``, fastrag's embedding
+cache; a miss embeds with fastrag's embedder for the model and caches)::
 
     python benchmarks/fusion_defaults.py --out benchmarks/results/fusion_defaults_minilm.md
     python benchmarks/fusion_defaults.py --model static-minilm-d256 --weights 0.8 0.95 --rank-constants \\
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus as corpora  # noqa: E402
 import embeddings  # noqa: E402
-from embeddings import MINILM, CachedEmbedder  # noqa: E402
+from embeddings import MINILM, precomputed  # noqa: E402
 
 from fastrag.evaluation import evaluate, load_beir  # noqa: E402
 from fastrag.retrieval import (  # noqa: E402
@@ -68,7 +69,7 @@ class Split:
     name: str
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
-    cache_tag: str  # the dataset tag of its cached query vectors (benchmarks/.cache/emb)
+    cache_tag: str  # the dataset tag its query vectors are logged under (they live in benchmarks/.cache/embeddings.db)
     lists: dict[str, dict[str, list]] | None = None  # branch -> qid -> documents
 
     def __post_init__(self) -> None:
@@ -118,7 +119,7 @@ async def branch_lists(c: corpora.Corpus, splits: list[Split], model: str, depth
     table = dict(zip(c.texts, doc_vectors, strict=True))
     for s in splits:
         table.update(s.query_vectors(model))
-    embedder = CachedEmbedder(model_name(model), table)  # no fallback: every vector is cached
+    embedder = precomputed(model_name(model), list(table), list(table.values()))  # every vector is cached
     async with SQLiteVectorStore(":memory:", embedding_model=model_name(model)) as store:
         for i in range(0, len(c.docs), 1024):
             await store.upsert(c.docs[i : i + 1024], embeddings=doc_vectors[i : i + 1024])
@@ -151,7 +152,7 @@ async def end_to_end(c: corpora.Corpus, s: Split, model: str, cells: list[Cell |
     doc_vectors = embeddings.cached_vectors(model, c.name, "corpus", c.texts, log=log)
     table = dict(zip(c.texts, doc_vectors, strict=True))
     table.update(s.query_vectors(model))
-    embedder = CachedEmbedder(model_name(model), table)
+    embedder = precomputed(model_name(model), list(table), list(table.values()))
     out = []
     async with SQLiteVectorStore(":memory:", embedding_model=model_name(model)) as store:
         for i in range(0, len(c.docs), 1024):
@@ -170,7 +171,7 @@ async def shipped_default(model: str) -> Cell | None:
     """The cell equal to what ``HybridRetriever([vector, bm25])`` does with this model, if it is in the grid."""
     store = SQLiteVectorStore(":memory:")
     try:
-        embedder = CachedEmbedder(model_name(model), {"": np.zeros(1, np.float32)})
+        embedder = precomputed(model_name(model), [""], [np.zeros(1, np.float32)])
         hybrid = HybridRetriever([VectorRetriever(vector_store=store, embedder=embedder), BM25Retriever(store=store)])
     finally:
         await store.aclose()

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus as corpora  # noqa: E402
 import embeddings  # noqa: E402
-from embeddings import MINILM, STATIC, CachedEmbedder  # noqa: E402
+from embeddings import MINILM, STATIC, precomputed  # noqa: E402
 
 from fastrag.evaluation import evaluate  # noqa: E402
 from fastrag.rerankers import EmbedderReranker  # noqa: E402
@@ -132,19 +132,10 @@ def row(dataset: str, system: str, config: str, run: dict[str, list[str]], qrels
     }
 
 
-def embedder_for(model: str, c: corpora.Corpus, doc_vectors: np.ndarray, query_vectors: np.ndarray) -> CachedEmbedder:
-    table = dict(zip(c.texts, doc_vectors, strict=True))
-    table.update(zip(c.queries.values(), query_vectors, strict=True))
-    return CachedEmbedder(model, table, fallback=_LazyEncoder(model))
-
-
-class _LazyEncoder:
-    def __init__(self, model: str) -> None:
-        self.model, self._enc = model, None
-
-    def encode(self, texts):
-        self._enc = self._enc or embeddings.encoder(self.model)
-        return self._enc.encode(texts)
+def embedder_for(model: str, c: corpora.Corpus, doc_vectors: np.ndarray, query_vectors: np.ndarray):
+    """The corpus and query vectors, precomputed; any other text (none, in these runs) goes to the model."""
+    texts = [*c.texts, *c.queries.values()]
+    return precomputed(model, texts, [*doc_vectors, *query_vectors], fallback=model)
 
 
 async def fastrag_sqlite(c: corpora.Corpus, models: list[str], vectors: dict, rows: list[dict]) -> None:

@@ -10,7 +10,7 @@ Corpora, each measured in its own subprocess (so peak memory is that corpus's ow
   ``field("n") >= 60`` (``n``, the word count, 30 to 90) about half.
 
 Queries: SciFact's test questions, cycled to ``--queries``; their vectors as ``speed.py`` makes them (the static
-model on SciFact, random unit vectors on the synthetic corpora), handed to fastrag through ``CachedEmbedder``
+model on SciFact, random unit vectors on the synthetic corpora), handed to fastrag through ``PrecomputedEmbedder``
 and to the peers directly, so no latency includes embedding.
 
 fastrag is driven through its public API only: ``SQLiteVectorStore(path)``, ``upsert`` in batches of 1,000 with
@@ -107,12 +107,13 @@ import corpus as corpora  # noqa: E402
 import embeddings  # noqa: E402
 import speed  # noqa: E402
 from speed import log, rss_mb  # noqa: E402
-from embeddings import STATIC, CachedEmbedder  # noqa: E402
+from embeddings import STATIC  # noqa: E402
 
 from fastrag.errors import ConfigurationError, InvalidParameterError  # noqa: E402
 from fastrag.filters import field, matches  # noqa: E402
 from fastrag.models import Document  # noqa: E402
 from fastrag.retrieval import BM25Retriever, HybridRetriever, VectorRetriever  # noqa: E402
+from fastrag.testing.fakes import PrecomputedEmbedder  # noqa: E402
 from fastrag.vector_store.sqlite import SQLiteVectorStore  # noqa: E402
 
 K = 10
@@ -348,7 +349,7 @@ def rss_probe(path: str, ann_path: str | None, qtable: dict, queries: list[str],
 
 async def _rss_probe(path, ann_path, qtable, queries, filtered, ann_kind) -> dict:
     base = rss_mb()
-    embedder = CachedEmbedder(STATIC, qtable)
+    embedder = PrecomputedEmbedder(STATIC, qtable)
     kinds = 0
     async with SQLiteVectorStore(path, embedding_model=STATIC) as store:
         bm25 = BM25Retriever(store=store)
@@ -535,7 +536,7 @@ async def measure(spec: str, args, folder: Path) -> dict:
     def dense(peer):
         return lambda q: peer.search(qtable[q], K)
 
-    embedder = CachedEmbedder(STATIC, qtable)
+    embedder = PrecomputedEmbedder(STATIC, qtable)
     async with store:
         bm25 = BM25Retriever(store=store)
         vector = VectorRetriever(vector_store=store, embedder=embedder)

@@ -69,10 +69,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus as corpora  # noqa: E402
 import embeddings  # noqa: E402
-from embeddings import STATIC, CachedEmbedder  # noqa: E402
+from embeddings import STATIC  # noqa: E402
 
 from fastrag.models import Document  # noqa: E402
 from fastrag.retrieval import BM25Retriever, HybridRetriever, VectorRetriever  # noqa: E402
+from fastrag.testing.fakes import PrecomputedEmbedder  # noqa: E402
 from fastrag.vector_store.sqlite import lexical  # noqa: E402
 from fastrag.vector_store.sqlite import SQLiteVectorStore  # noqa: E402
 
@@ -252,7 +253,7 @@ async def worker(corpus: str, args) -> dict:
     rss_start = rss_mb()
     docs, vectors, qtable = load_corpus(corpus, args)
     queries = list(qtable)[: args.queries]
-    embedder = CachedEmbedder(STATIC, qtable)
+    embedder = PrecomputedEmbedder(STATIC, qtable)
     rss_loaded = rss_mb()
     result: dict = {"corpus": corpus, "store": "SQLite (file, WAL)", "docs": len(docs), "queries": len(queries)}
     with tempfile.TemporaryDirectory(prefix="fastrag-speed-") as tmp:

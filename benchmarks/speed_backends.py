@@ -68,10 +68,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import speed  # noqa: E402
-from embeddings import STATIC, CachedEmbedder  # noqa: E402
+from embeddings import STATIC  # noqa: E402
 from speed import K, load_corpus, log, parallel_capacity, pct, rss_mb  # noqa: E402
 
 from fastrag.retrieval import BM25Retriever, HybridRetriever, VectorRetriever  # noqa: E402
+from fastrag.testing.fakes import PrecomputedEmbedder  # noqa: E402
 from fastrag.vector_store.sqlite import SQLiteVectorStore  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -284,7 +285,7 @@ async def worker(backend: str, args) -> dict:
     log(f"{backend}:")
     docs, vectors, qtable = load_corpus(args.corpus, args)
     queries = list(qtable)[: args.queries]
-    embedder = CachedEmbedder(STATIC, qtable)
+    embedder = PrecomputedEmbedder(STATIC, qtable)
     result: dict = {"backend": backend, "corpus": args.corpus, "docs": len(docs), "queries": len(queries),
                     "loadavg_start": list(os.getloadavg()), "rss_after_load_mb": rss_mb()}
     with tempfile.TemporaryDirectory(prefix="fastrag-speed-") as tmp:

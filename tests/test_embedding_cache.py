@@ -97,3 +97,18 @@ async def test_pipeline_reindexing_a_changed_file_embeds_only_its_new_chunks(tmp
         again = CountingEmbedder()
         report = await IngestionPipeline(embedder=again, vector_store=fresh, chunker=chunker, embedding_cache=cache).run([doc])
         assert report.chunks_written > 0 and again.seen == []
+
+
+async def test_precomputed_embedder_answers_from_its_table_and_falls_back_or_refuses() -> None:
+    from fastrag.testing.fakes import PrecomputedEmbedder
+
+    vectors = await HashingEmbedder().embed_documents(["a b", "c"])
+    table = PrecomputedEmbedder("m", {"a b": vectors[0], "c": vectors[1]})
+    np.testing.assert_array_equal(await table.embed_documents(["c", "a b"]), vectors[::-1])
+    np.testing.assert_array_equal(await table.embed_query("c"), vectors[1])
+    with pytest.raises(KeyError):
+        await table.embed_query("unknown")
+    fallback = CountingEmbedder()
+    with_fallback = PrecomputedEmbedder("m", {"a b": vectors[0]}, fallback=fallback)
+    out = await with_fallback.embed_documents(["a b", "zzz"])
+    assert fallback.seen == ["zzz"] and with_fallback.misses == 1 and out.shape == (2, 64)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from fastrag.filters import FilterLike, matches, parse_filter
 from fastrag.models import Document
 from fastrag.vector_store._ranking import best_first
 
-__all__ = ["HashingEmbedder", "InMemoryStore", "RecordingSleep"]
+__all__ = ["HashingEmbedder", "InMemoryStore", "PrecomputedEmbedder", "RecordingSleep"]
 
 _TOKEN = re.compile(r"\w+")
 
@@ -253,6 +253,82 @@ class HashingEmbedder:
     async def embed_query(self, text: str) -> np.ndarray:
         """``(dimension,)`` float32, L2-normalised; the same mapping as :meth:`embed_documents`."""
         return (await self.embed_documents([text]))[0]
+
+
+class PrecomputedEmbedder:
+    """An embedder answering from vectors computed beforehand, so a benchmark or test times retrieval and
+    not the model, and every system compared sees exactly the same vectors.
+
+    Args:
+        name: the model's name (stores record it; hybrid retrieval picks its default fusion by it).
+        vectors: ``{text: (dim,) vector}``, all of one width, L2-normalised by the caller; kept as float32.
+        fallback: an :class:`~fastrag.protocols.Embedder` for texts not in ``vectors`` (``None``: such a
+            text raises :class:`KeyError`). ``misses`` counts the texts it was asked for.
+
+    Raises:
+        InvalidParameterError: ``vectors`` is empty or its vectors are not all ``(dim,)`` of one width.
+    """
+
+    def __init__(self, name: str, vectors: Mapping[str, np.ndarray], *, fallback: Any = None) -> None:
+        widths = {np.shape(v) for v in vectors.values()}
+        if not vectors or len(widths) != 1 or len(next(iter(widths))) != 1:
+            raise InvalidParameterError(f"vectors must be a non-empty table of (dim,) vectors of one width, got {widths}")
+        keys = list(vectors)
+        matrix = np.asarray([vectors[k] for k in keys], dtype=np.float32)
+        self._table = dict(zip(keys, matrix, strict=True))
+        self._name = name
+        self._dimension = int(matrix.shape[1])
+        self.fallback = fallback
+        self.misses = 0
+
+    @property
+    def name(self) -> str:
+        """The name given."""
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        """Width of every vector."""
+        return self._dimension
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dimension)`` float32 rows from the table (the fallback's for texts not in it).
+
+        Raises:
+            InvalidParameterError: ``texts`` is a single string.
+            KeyError: a text is not in the table and there is no fallback.
+        """
+        if isinstance(texts, str):
+            raise InvalidParameterError("texts must be a sequence of strings, not a single string")
+        rows = [self._table.get(t) for t in texts]
+        missing = [i for i, row in enumerate(rows) if row is None]
+        if missing:
+            if self.fallback is None:
+                raise KeyError(f"{len(missing)} texts have no precomputed {self._name} vector")
+            self.misses += len(missing)
+            computed = await self.fallback.embed_documents([texts[i] for i in missing])
+            for i, vector in zip(missing, computed, strict=True):
+                rows[i] = np.asarray(vector, dtype=np.float32)
+        return np.stack(rows) if rows else np.zeros((0, self._dimension), dtype=np.float32)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """The table's ``(dimension,)`` vector for ``text`` (else the fallback's ``embed_query``)."""
+        vector = self._table.get(text)
+        if vector is not None:
+            return vector
+        if self.fallback is None:
+            raise KeyError(f"the query has no precomputed {self._name} vector")
+        self.misses += 1
+        return np.asarray(await self.fallback.embed_query(text), dtype=np.float32)
+
+    async def aclose(self) -> None:
+        """Nothing to release (a fallback stays the caller's)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 class RecordingSleep:
