@@ -16,8 +16,8 @@ always agree. Steps, in order:
    a combining mark). ASCII text takes a faster path with the same result. Candidates and speeds:
    ``benchmarks/results/word_segmentation.md``.
 3. Runs of Thai, Lao, Khmer and Myanmar letters, written without spaces between words, are cut into
-   dictionary words by ICU's word break iterator (UAX #29 with ICU's dictionaries, through ``icu4py``:
-   ``pip install "fastrag-retrieval[icu]"``). Without it they become bigrams as CJK runs do, of
+   dictionary words by ICU's word break iterator (UAX #29 with ICU's dictionaries, through PyICU:
+   ``pip install "fastrag-retrieval[icu]"``, which installs the ``pyicu-wheels`` build). Without it they become bigrams as CJK runs do, of
    grapheme clusters (a vowel sign stays on its consonant).
 4. Runs of CJK ideographs, kana and hangul become overlapping character bigrams, as Lucene's
    ``CJKAnalyzer`` does; documents also index every character as a unigram (Elasticsearch's
@@ -196,13 +196,11 @@ class Analyzer:
         words = _WORD.findall(folded)
         if _RUNS.search(folded) is None:
             return words
+        pieces = _pieces(words)
+        segmented = iter(_dictionary_words([p for kind, p in pieces if kind == _SPACELESS_RUN]))
         out: list[str] = []
-        for token in words:
-            if _RUNS.search(token) is None:
-                out.append(token)
-                continue
-            for cjk, spaceless, word in _SPLIT.findall(token):
-                out.extend(_dictionary_words(spaceless) if spaceless else [cjk or word])
+        for kind, piece in pieces:
+            out.extend(next(segmented) if kind == _SPACELESS_RUN else [piece])
         return out
 
     def analyze(self, text: str, *, for_query: bool = False) -> list[str]:
@@ -221,29 +219,47 @@ class Analyzer:
                 if token not in stopwords:
                     terms.append(stem(token) if stem else token)
             return terms
-        segment = _segmenter()
-        split = _RUNS.search(folded) is not None
-        for token in _WORD.findall(folded):
-            if not split or _RUNS.search(token) is None:
+        words = _WORD.findall(folded)
+        if _RUNS.search(folded) is None:  # no CJK or Thai-family text: every word is a term
+            for token in words:
                 if token not in stopwords:
                     terms.append(stem(token) if stem else token)
-                continue
-            for cjk, spaceless, word in _SPLIT.findall(token):
-                if word:
-                    if word not in stopwords:
-                        terms.append(stem(word) if stem else word)
-                elif spaceless and segment is not None:
-                    terms.extend(segment(spaceless))
-                else:  # CJK characters; Thai-family grapheme clusters without a dictionary
-                    units = list(cjk) if cjk else _GRAPHEME.findall(spaceless)
-                    terms.extend(_bigrams(units))
-                    if not for_query and len(units) > 1:
-                        terms.extend(units)
+            return terms
+        pieces = _pieces(words)
+        segment = _segmenter()
+        # every Thai-family run of the text segmented in one call to ICU (a call costs more than its words)
+        segmented = iter(segment([p for kind, p in pieces if kind == _SPACELESS_RUN])) if segment else None
+        for kind, piece in pieces:
+            if kind == _OTHER:
+                if piece not in stopwords:
+                    terms.append(stem(piece) if stem else piece)
+            elif kind == _SPACELESS_RUN and segmented is not None:
+                terms.extend(next(segmented))
+            else:  # CJK characters; Thai-family grapheme clusters without a dictionary
+                units = list(piece) if kind == _CJK_RUN else _GRAPHEME.findall(piece)
+                terms.extend(_bigrams(units))
+                if not for_query and len(units) > 1:
+                    terms.extend(units)
         return terms
 
 
+_OTHER, _CJK_RUN, _SPACELESS_RUN = 0, 1, 2
+
+
+def _pieces(words: list[str]) -> list[tuple[int, str]]:
+    """``words`` with each one holding CJK or Thai-family characters split into its runs, kind first."""
+    pieces: list[tuple[int, str]] = []
+    for token in words:
+        if _RUNS.search(token) is None:
+            pieces.append((_OTHER, token))
+            continue
+        for cjk, spaceless, word in _SPLIT.findall(token):
+            pieces.append((_OTHER, word) if word else (_CJK_RUN, cjk) if cjk else (_SPACELESS_RUN, spaceless))
+    return pieces
+
+
 def dictionary_segmentation() -> str | None:
-    """``"icu<major version>"`` when ICU's dictionary word segmentation is installed (``icu4py``, extra
+    """``"icu<major version>"`` when ICU's dictionary word segmentation is installed (PyICU, extra
     ``icu``), else ``None`` (Thai, Lao, Khmer and Myanmar runs then become character bigrams)."""
     return _icu()[0]
 
@@ -251,25 +267,48 @@ def dictionary_segmentation() -> str | None:
 @lru_cache(maxsize=1)
 def _icu() -> tuple[str | None, object]:
     try:
-        import icu4py
-        from icu4py.breakers import WordBreaker
+        import icu  # PyICU: the pyicu-wheels distribution (extra "icu"), or pyicu built from source
     except ImportError:
         return None, None
-    return f"icu{str(icu4py.icu_version).split('.')[0]}", WordBreaker
+    return f"icu{str(icu.ICU_VERSION).split('.')[0]}", icu
+
+
+_breakers = threading.local()  # an ICU break iterator is not thread-safe: one per thread, reused
+
+
+def _word_breaker(icu: object) -> object:
+    breaker = getattr(_breakers, "word", None)
+    if breaker is None:
+        breaker = _breakers.word = icu.BreakIterator.createWordInstance(icu.Locale("th"))  # type: ignore[attr-defined]
+    return breaker
 
 
 def _segmenter():
     return _dictionary_words if _icu()[1] is not None else None
 
 
-def _dictionary_words(run: str) -> list[str]:
-    """The dictionary words of a run of Thai, Lao, Khmer or Myanmar letters (ICU's word break iterator;
-    its offsets are UTF-16 code units, which equal code points here: the run is all in the BMP). The run
-    itself when ICU is missing."""
-    breaker = _icu()[1]
-    if breaker is None:
-        return [run]
-    return [run[a:b] for a, b in breaker(run, "th").segments()]  # type: ignore[operator]
+def _dictionary_words(runs: list[str]) -> list[list[str]]:
+    """The dictionary words of each run of Thai, Lao, Khmer or Myanmar letters, by one ICU word break
+    iterator over the runs joined by spaces (a space is always a word boundary, so no word spans two
+    runs; ICU's offsets are UTF-16 code units, which equal code points here: the runs are all in the
+    BMP). Each run whole when ICU is missing."""
+    icu = _icu()[1]
+    if icu is None or not runs:
+        return [[run] for run in runs]
+    joined = " ".join(runs)
+    breaker = _word_breaker(icu)
+    breaker.setText(joined)  # type: ignore[attr-defined]
+    out: list[list[str]] = [[] for _ in runs]
+    index, end = 0, len(runs[0])  # the run being filled and where it ends in ``joined``
+    a = 0
+    for b in breaker:  # type: ignore[attr-defined]  # each boundary after the first (0)
+        if joined[a] != " ":
+            while a >= end:
+                index += 1
+                end += 1 + len(runs[index])
+            out[index].append(joined[a:b])
+        a = b
+    return out
 
 
 def primary_language(tag: object) -> str | None:
