@@ -72,8 +72,7 @@ class VectorRetriever(ReturnsResult):
         A question that embeds to the zero vector (none of its words is in the model's vocabulary) has
         no dense neighbours: the result is empty, and in a hybrid the other branches decide. It is never
         silent: a WARNING on logger ``fastrag.retrieval``, and
-        :attr:`RetrievalResult.zero_vector_branches <fastrag.retrieval.result.RetrievalResult.zero_vector_branches>`
-        names the branch.
+        ``RetrievalResult.zero_vector_branches`` (:mod:`fastrag.retrieval.result`) names the branch.
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
