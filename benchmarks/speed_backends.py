@@ -9,9 +9,12 @@ Backends (``--backends``, default all):
 * ``qdrant``: :class:`QdrantVectorStore` in qdrant-client's local mode on disk (what
   ``qdrant+path:///DIR?bm25=true`` opens), BM25 on; direct: the same ``QdrantClient`` (a local folder takes
   one client), ``query_points`` with the same query, ``using``, ``limit=10`` and payload fields;
-* ``milvus-lite``: :class:`MilvusVectorStore` from ``milvus-lite:///DIR/bench.db`` (BM25 on); direct: a
-  ``pymilvus.MilvusClient`` on the same file, ``search`` with the same field, metric, filter and output
-  fields, ``limit=10``;
+* ``milvus``: real Milvus 2.5 as a server (milvus-lite 2.5.1's native binary on a free TCP port, started
+  here by :func:`fastrag.testing.milvus_server.milvus_server`): :class:`MilvusVectorStore` from
+  ``milvus://127.0.0.1:PORT/bench`` (BM25 on); direct: a ``pymilvus.MilvusClient`` on the same server,
+  ``search`` with the same field, metric, filter and output fields, ``limit=10``;
+* ``milvus-lite``: the same engine on a file, :class:`MilvusVectorStore` from ``milvus-lite:///DIR/bench.db``
+  (pymilvus starts the binary on a Unix socket); direct: a ``MilvusClient`` on the same file;
 * ``chroma``: :class:`ChromaVectorStore` on an embedded ``PersistentClient`` (dense only; its hybrid pairs
   it with a ``SQLiteVectorStore`` as the lexical store); direct: ``collection.query`` with
   ``n_results=10`` and the same ``include``;
@@ -22,8 +25,8 @@ Backends (``--backends``, default all):
 Queries: SciFact's test questions with precomputed static-model vectors (embedding excluded), ``k=10``,
 one at a time. Measured per backend, each in a fresh subprocess:
 
-* documents/s of ``upsert`` in batches of 1,000 with vectors (milvus-lite: and the ``flush`` that makes
-  the rows searchable at index speed);
+* documents/s of ``upsert`` in batches of 1,000 with vectors (Milvus: and the ``flush`` that seals the
+  segments and builds their indexes);
 * p50/p95 latency of ``retrieve(q, k=10)`` for BM25, dense and the shipped ``HybridRetriever``, and of the
   backend's server-side hybrid where fastrag has one (``QdrantHybridRetriever``, ``MilvusHybridRetriever``:
   RRF, one request);
@@ -76,7 +79,7 @@ from fastrag.testing.fakes import PrecomputedEmbedder  # noqa: E402
 from fastrag.vector_store.sqlite import SQLiteVectorStore  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-BACKENDS = ("sqlite", "qdrant", "milvus-lite", "chroma", "opensearch")
+BACKENDS = ("sqlite", "qdrant", "milvus", "milvus-lite", "chroma", "opensearch")
 READ = ["id", "content", "metadata"]
 
 
@@ -162,46 +165,60 @@ async def open_qdrant(tmp: Path, embedder):
 
 
 @contextlib.asynccontextmanager
-async def open_milvus(tmp: Path, embedder):
+async def open_milvus(tmp: Path, embedder, *, server: bool = False):
     from pymilvus import MilvusClient
 
+    from fastrag.testing.milvus_server import milvus_server
     from fastrag.vector_store.milvus import MilvusHybridRetriever, MilvusVectorStore
 
     s = Setup()
-    s.label = "milvus-lite (in-process)"
     path = tmp / "bench.db"
-    # timeout=120: on 200,000 chunks the first search after the ingest (milvus-lite loads the new segments and
-    # builds their indexes then) took longer than the store's default 10 s
-    async with MilvusVectorStore.from_url(f"milvus-lite:///{path}?collection=bench&timeout=120",
-                                          embedding_model=STATIC) as store:
-        s.vector_store = s.lexical_store = store
-        s.lexical_label = "Milvus BM25"
-        s.native_hybrid = MilvusHybridRetriever(store, embedder)
-        s.after_ingest = store.flush  # type: ignore[method-assign]
-        client: list[Any] = []
+    with contextlib.ExitStack() as servers:
+        if server:  # real Milvus 2.5 as a server process over TCP (milvus-lite 2.5.1's native binary)
+            s.label = "Milvus 2.5 server (milvus-lite 2.5.1 binary, TCP)"
+            uri = servers.enter_context(milvus_server(path))
+            url = f"milvus://{uri.removeprefix('http://')}/bench?timeout=120"
+        else:  # the same engine on a .db file, started by pymilvus on a Unix socket
+            s.label = "Milvus 2.5 on a .db file (milvus-lite 2.5.1, Unix socket)"
+            uri = str(path)
+            url = f"milvus-lite:///{path}?collection=bench&timeout=120"
+        # timeout=120: on 200,000 chunks the first search after the ingest (Milvus loads the new segments and
+        # builds their indexes then) took longer than the store's default 10 s
+        async with MilvusVectorStore.from_url(url, embedding_model=STATIC) as store:
+            s.vector_store = s.lexical_store = store
+            s.lexical_label = "Milvus BM25"
+            s.native_hybrid = MilvusHybridRetriever(store, embedder)
+            s.after_ingest = store.flush  # type: ignore[method-assign]
+            client: list[Any] = []
 
-        def direct() -> Any:
-            if not client:
-                client.append(MilvusClient(uri=str(path)))
-            return client[0]
+            def direct() -> Any:
+                if not client:
+                    client.append(MilvusClient(uri=uri))
+                return client[0]
 
-        def bm25(q: str) -> list[str]:
-            found = direct().search("bench", data=[q], anns_field="sparse", limit=K, filter="",
-                                    output_fields=READ, search_params={"metric_type": "BM25"})
-            return [h["entity"]["id"] for h in found[0]]
+            def bm25(q: str) -> list[str]:
+                found = direct().search("bench", data=[q], anns_field="sparse", limit=K, filter="",
+                                        output_fields=READ, search_params={"metric_type": "BM25"})
+                return [h["entity"]["id"] for h in found[0]]
 
-        def dense(v: np.ndarray) -> list[str]:
-            found = direct().search("bench", data=[v.tolist()], anns_field="embedding", limit=K,
-                                    filter="has_vector == true", output_fields=READ,
-                                    search_params={"metric_type": "COSINE"})
-            return [h["entity"]["id"] for h in found[0]]
+            def dense(v: np.ndarray) -> list[str]:
+                found = direct().search("bench", data=[v.tolist()], anns_field="embedding", limit=K,
+                                        filter="has_vector == true", output_fields=READ,
+                                        search_params={"metric_type": "COSINE"})
+                return [h["entity"]["id"] for h in found[0]]
 
-        s.direct_bm25, s.direct_dense = bm25, dense  # type: ignore[method-assign]
-        try:
-            yield s
-        finally:
-            if client:
-                client[0].close()
+            s.direct_bm25, s.direct_dense = bm25, dense  # type: ignore[method-assign]
+            try:
+                yield s
+            finally:
+                if client:
+                    client[0].close()
+
+
+@contextlib.asynccontextmanager
+async def open_milvus_server(tmp: Path, embedder):
+    async with open_milvus(tmp, embedder, server=True) as s:
+        yield s
 
 
 @contextlib.asynccontextmanager
@@ -266,8 +283,8 @@ async def open_opensearch(tmp: Path, embedder):
             await client.close()
 
 
-OPENERS = {"sqlite": open_sqlite, "qdrant": open_qdrant, "milvus-lite": open_milvus, "chroma": open_chroma,
-           "opensearch": open_opensearch}
+OPENERS = {"sqlite": open_sqlite, "qdrant": open_qdrant, "milvus": open_milvus_server, "milvus-lite": open_milvus,
+           "chroma": open_chroma, "opensearch": open_opensearch}
 
 
 # ------------------------------------------------------------------ measurements

@@ -65,6 +65,15 @@ def test_quality_smoke(tmp_path: Path) -> None:
     assert len(data) == len(rows)
 
 
+def test_quality_smoke_real_milvus(tmp_path: Path) -> None:
+    pytest.importorskip("pymilvus", reason='needs the milvus extra: pip install "fastrag-retrieval[milvus]"')
+    text = _run("quality.py", tmp_path / "quality.md", "--stores", "milvus")
+    rows = _table_rows(text, "| dataset | system | run |")
+    milvus = next(r for r in rows if r[2].startswith("bm25 (Milvus 2.5"))
+    assert float(milvus[3]) > 0.3  # real Milvus's BM25 (english analyzer) on the easy slice
+    assert "failed" not in milvus[-1]
+
+
 def test_speed_smoke(tmp_path: Path) -> None:
     text = _run("speed.py", tmp_path / "speed.md")
     rows = _table_rows(text, "| corpus | docs |")
@@ -103,6 +112,19 @@ def test_speed_backends_smoke(tmp_path: Path) -> None:
         assert 0 < d[f"{name}_p50_ms"] <= d[f"{name}_p95_ms"]
     assert d["qps_run"] == "hybrid" and all(d[f"qps_c{c}"] > 0 for c in (1, 8, 64))  # queries/s under load
     # fastrag and the direct client rank the same documents (the slice has no ties that could reorder them all)
+    assert d["bm25_overlap"] > 0.9 and d["dense_overlap"] > 0.9
+
+
+def test_speed_backends_smoke_real_milvus(tmp_path: Path) -> None:
+    pytest.importorskip("pymilvus", reason='needs the milvus extra: pip install "fastrag-retrieval[milvus]"')
+    text = _run("speed_backends.py", tmp_path / "speed-backends.md", "--backends", "milvus")
+    rows = _table_rows(text, "| backend | store |")
+    assert [(r[0], r[1]) for r in rows] == [("milvus", "Milvus 2.5 server (milvus-lite 2.5.1 binary, TCP)")]
+    data = json.loads((tmp_path / "speed-backends.json").read_text())
+    d = data[0]
+    for name in ("bm25", "dense", "hybrid", "native_hybrid"):
+        assert 0 < d[f"{name}_p50_ms"] <= d[f"{name}_p95_ms"]
+    # fastrag and pymilvus's own client on the same server rank the same documents
     assert d["bm25_overlap"] > 0.9 and d["dense_overlap"] > 0.9
 
 

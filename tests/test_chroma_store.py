@@ -65,6 +65,7 @@ UNSUPPORTED_CASES = frozenset({
     "contains_umlaut",
     "contains_only_strings_not_ints",
     "contains_only_strings_not_lists",
+    "not_contains_includes_missing",
 })
 
 
@@ -233,6 +234,7 @@ def environment_server() -> Iterator[tuple[str, str]]:
     _drop_collections(url, [name])
 
 
+@pytest.mark.external_server("FASTRAG_TEST_CHROMA_URL")
 class TestChromaFromEnvironment(ChromaContract):
     """The same contract against a real Chroma server (docker-compose), named by FASTRAG_TEST_CHROMA_URL."""
 

@@ -182,6 +182,7 @@ async def real_store_factory():  # noqa: ANN201
             await store._client.indices.delete(index=index, ignore=[404])
 
 
+@pytest.mark.external_server("FASTRAG_TEST_OPENSEARCH_URL")
 @pytest.mark.skipif(not REAL_URL, reason="FASTRAG_TEST_OPENSEARCH_URL is not set (a real OpenSearch with the k-NN "
                     "plugin, e.g. `docker compose up -d opensearch` and FASTRAG_TEST_OPENSEARCH_URL=http://localhost:9200)")
 class TestOpenSearchReal(StoreContract):

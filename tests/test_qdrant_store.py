@@ -88,6 +88,7 @@ def _server_store(collection: str) -> QdrantVectorStore:
     return QdrantVectorStore.from_url(SERVER_URL, collection=collection, enable_bm25=True)
 
 
+@pytest.mark.external_server("FASTRAG_TEST_QDRANT_URL")
 @pytest.mark.skipif(
     not SERVER_URL,
     reason="FASTRAG_TEST_QDRANT_URL is not set; no Qdrant server runs on this machine (docker-compose provides one)",

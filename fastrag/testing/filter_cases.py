@@ -446,6 +446,7 @@ FILTER_CASES: list[FilterCase] = [
           _ids(2, 4, 6, 7, 8, 9, 10, 12)),
     _case("not_starts_with_includes_missing", _not(_cmp("startsWith", "city", "Zü")), _all_but(1, 8)),
     _case("not_list_contains_includes_non_lists", _not(_cmp("listContains", "tags", "ai")), _all_but(1, 3, 5)),
+    _case("not_contains_includes_missing", _not(_cmp("stringContains", "category", "ch")), _all_but(1, 3, 6, 11)),
     _case("not_not_equals", _not(_cmp("notEquals", "category", "technology")), _ids(1, 3, 11)),
     _case("not_not_in", _not(_cmp("notIn", "published", [True, False])), _ids(1, 2, 3, 4, 6, 8, 11, 12)),
     _case("double_negation", _not(_not(_cmp("equals", "category", "science"))), _ids(2, 5, 8, 12)),

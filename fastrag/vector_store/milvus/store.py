@@ -1,0 +1,958 @@
+"""``MilvusVectorStore``: documents, dense vectors and a BM25 index in one Milvus collection (see the package
+docstring for the layout and what runs where)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Awaitable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import numpy as np
+
+from fastrag.errors import (
+    BackendError,
+    BackendTemporarilyUnavailableError,
+    BackendUnavailableError,
+    ConfigurationError,
+    DimensionMismatchError,
+    FastragError,
+    InvalidParameterError,
+)
+from fastrag.filters import FilterLike
+from fastrag.models import TITLE, Document
+from fastrag.vector_store._metadata import metadata_json
+from fastrag.vector_store._validation import check_dimension, check_embeddings, check_query_vector, check_unique_ids
+from fastrag.vector_store.milvus.connection import (
+    INSTALL_HINT,
+    import_pymilvus,
+    is_unavailable,
+    lite_acquire,
+    lite_data_path,
+    lite_release,
+    message,
+    parse_url,
+    sdk_errors,
+)
+from fastrag.vector_store.milvus.filters import (
+    _TRUE,
+    MilvusExpr,
+    and_expressions,
+    encode_id,
+    filter_values,
+    ids_expression,
+    native_or_translated,
+    string_literal,
+)
+from fastrag.vector_store.milvus.hybrid import search_hybrid
+from fastrag.vector_store.milvus.results import (
+    bm25_score,
+    check_search_k,
+    cosine_score,
+    document,
+    ranked,
+    settled_page,
+)
+from fastrag.vector_store.milvus.schema import (
+    BM25_B,
+    BM25_K1,
+    COLLECTION_NAME,
+    CONTENT_FIELD,
+    FILTER_FIELD,
+    HAS_VECTOR_FIELD,
+    ID_FIELD,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_VARCHAR_BYTES,
+    METADATA_FIELD,
+    MODEL_PROPERTY,
+    SCHEMA_PROPERTY,
+    SCHEMA_VERSION,
+    SPARSE_FIELD,
+    TEXT_FIELD,
+    VECTOR_FIELD,
+    describe,
+    recorded_settings,
+)
+
+__all__ = ["MilvusVectorStore"]
+
+_UPSERT_BATCH = 256
+_LITE_FLUSH_ROWS = 256
+_ID_BATCH = 500
+
+
+
+class MilvusVectorStore:
+    """Documents, dense vectors and (optionally) a BM25 index in one Milvus collection.
+
+    Args:
+        url: a Milvus Lite data file ending in ``.db`` (created with its parent folders if missing; its name
+            at most 36 letters, digits, ``.``, ``_`` or ``-``; pymilvus serves it with milvus-lite's native
+            Milvus for this process), or a server URI ``http://host:19530`` / ``https://...``. Optional when
+            ``client`` is given (then it only names the store in messages).
+        collection: the collection name (letters, digits, ``_``; not starting with a digit).
+        dimension: the vector width. With ``create=True`` and a missing collection, the collection is created
+            when the store opens; otherwise the first write with embeddings fixes it. An existing collection
+            of another width raises.
+        enable_bm25: create the collection with a BM25 function (an analysed ``text`` field feeding a sparse
+            field) so :meth:`search_text` works. An existing collection keeps what it was created with.
+        embedding_model: the embedder's name, recorded when the collection is created; opening a collection
+            that recorded another name raises, so vectors of two models are never mixed.
+        client: a ``pymilvus.AsyncMilvusClient`` or ``MilvusClient`` to use instead of opening one; it is
+            never closed by this store.
+        create: create the collection when it is missing; with ``False`` a missing collection raises.
+        timeout: seconds allowed for each Milvus call, retries included.
+        token: credentials for a server (``"user:password"`` or an API key); never put them in ``url``.
+        db_name: the Milvus database (default: the server's default).
+        analyzer_params: the BM25 analyzer (default ``{"type": "standard"}``: split on non-word characters,
+            lowercase, no stemming). Milvus 2.5 also has ``{"type": "english"}`` (stemming, stopwords);
+            milvus-lite 3.x (an emulation) has only ``standard`` and ``jieba`` (Chinese).
+        index_params: the dense index, ``{"index_type": ..., "params": {...}}`` (default ``FLAT``: exact k-NN;
+            use ``HNSW`` or ``AUTOINDEX`` on a server for large collections, approximate; milvus-lite 2.5.1
+            builds only FLAT, IVF_FLAT and AUTOINDEX). The metric is always COSINE.
+
+    Raises:
+        InvalidParameterError: a bad ``collection``, ``dimension`` or ``timeout``, or neither ``url`` nor
+            ``client``.
+        ConfigurationError: ``pymilvus`` is not installed (``pip install "fastrag-retrieval[milvus]"``).
+
+    Opening (``async with``, or the first call) raises :class:`BackendUnavailableError` when the server
+    cannot be reached or the ``.db`` file is locked by another process, and :class:`ConfigurationError` when
+    the collection exists with another dimension or embedding model or an older fastrag schema, or was not
+    created by fastrag.
+
+    Example::
+
+        async with MilvusVectorStore("./milvus.db", "docs", enable_bm25=True) as store:
+            await store.upsert(docs, embeddings=vectors)
+            hits = await store.search_text("solar power", k=5)
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str] | None = None,
+        collection: str = "fastrag",
+        *,
+        dimension: int | None = None,
+        enable_bm25: bool = False,
+        embedding_model: str | None = None,
+        client: Any = None,
+        create: bool = True,
+        timeout: float = 10.0,
+        token: str | None = None,
+        db_name: str | None = None,
+        analyzer_params: Mapping[str, Any] | None = None,
+        index_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        if url is None and client is None:
+            raise InvalidParameterError("MilvusVectorStore needs a url or a client")
+        if not isinstance(collection, str) or not COLLECTION_NAME.fullmatch(collection):
+            raise InvalidParameterError(
+                f"collection must be letters, digits and _ (not starting with a digit, at most 255), got {collection!r}"
+            )
+        if dimension is not None and (isinstance(dimension, bool) or not isinstance(dimension, int) or dimension <= 0):
+            raise InvalidParameterError(f"dimension must be a positive int, got {dimension!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise InvalidParameterError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        pymilvus = import_pymilvus()
+        if client is not None and not isinstance(client, pymilvus.AsyncMilvusClient | pymilvus.MilvusClient):
+            raise InvalidParameterError(f"client must be a pymilvus AsyncMilvusClient or MilvusClient, got {client!r}")
+        self.url = os.fspath(url) if url is not None else f"<injected {type(client).__name__}>"
+        self.collection = collection
+        self.dimension: int | None = dimension
+        self.embedding_model: str | None = embedding_model
+        self.enable_bm25 = bool(enable_bm25)
+        self.timeout = float(timeout)
+        self._create = create
+        self._token = token
+        self._db_name = db_name
+        self._analyzer_params = dict(analyzer_params) if analyzer_params is not None else {"type": "standard"}
+        self._index_params = dict(index_params) if index_params is not None else {"index_type": "FLAT", "params": {}}
+        self._client = client
+        self._owns_client = client is None
+        self._is_async = client is None or isinstance(client, pymilvus.AsyncMilvusClient)
+        self._lite_path = lite_data_path(self.url) if client is None else None
+        self._open_lock = anyio.Lock()
+        self._opened = False
+        self._closed = False
+        self._exists = False
+        self._has_vectors = True
+        self._lite_server = False
+        self._unflushed = 0
+        self._flush_lock = anyio.Lock()
+
+    # ------------------------------------------------------------------ construction from a URL
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> MilvusVectorStore:
+        """Open the store a fastrag store URL names.
+
+        Forms:
+
+        - ``milvus://host[:port]/collection``: a Milvus server over plain gRPC (port 19530 by default);
+          ``milvus+https://host[:port]/collection`` for TLS (Zilliz Cloud; pass ``token=``).
+        - ``milvus-lite:///relative/path.db?collection=name`` and ``milvus-lite:////absolute/path.db?...``:
+          Milvus Lite on that file (the path must end in ``.db``; the collection defaults to ``fastrag``).
+
+        Query parameters (both forms): ``bm25=true|false`` (default **true**, so one URL serves the keyword,
+        vector and hybrid modes), ``dimension=N``, ``db=name`` (server only), ``timeout=seconds``.
+        Keyword arguments override the URL's settings and are passed to the constructor.
+
+        Raises:
+            ConfigurationError: the URL is not one of these forms.
+        """
+        target_url, options = parse_url(url)
+        options.update(kwargs)
+        try:
+            return cls(target_url, **options)
+        except InvalidParameterError as exc:
+            raise ConfigurationError(f"{url}: {exc}") from exc
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __repr__(self) -> str:
+        return f"MilvusVectorStore({self.url!r}, collection={self.collection!r})"
+
+    @property
+    def name(self) -> str:
+        """The store's name in messages: its URL and collection."""
+        return f"{self.url} (collection {self.collection!r})"
+
+    async def __aenter__(self) -> MilvusVectorStore:
+        await self._ensure_open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the client this store opened (an injected one stays open). Idempotent.
+
+        On a ``.db`` path, the last store to close stops the Milvus Lite server it started, which releases
+        the file's lock for other processes.
+        """
+        async with self._open_lock:
+            if self._closed:
+                return
+            self._closed = True
+            client, self._client = self._client, None
+            if not self._opened or not self._owns_client:
+                return
+            with anyio.CancelScope(shield=True):
+                try:
+                    if client is not None:
+                        await client.close()
+                except sdk_errors() as exc:
+                    raise BackendError(f"closing the Milvus client failed: {exc}", store=self.name) from exc
+                finally:
+                    if self._lite_path is not None:
+                        await anyio.to_thread.run_sync(lite_release, self._lite_path)
+
+    async def _ensure_open(self) -> None:
+        if self._opened and not self._closed:
+            return
+        async with self._open_lock:
+            if self._closed:
+                raise BackendUnavailableError("store is closed", store=self.name)
+            if self._opened:
+                return
+            if self._owns_client:
+                self._client = await self._connect()
+            try:
+                self._lite_server = self._lite_path is not None and _python_milvus_lite()
+                await self._load_collection_state()
+                if not self._exists and self.dimension is not None and self._create:
+                    await self._create_collection(self.dimension)
+                elif not self._exists and not self._create:
+                    raise BackendUnavailableError(
+                        f"collection {self.collection!r} does not exist (create=False)", store=self.name
+                    )
+            except BaseException:
+                if self._owns_client:
+                    with anyio.CancelScope(shield=True):
+                        try:
+                            await self._client.close()
+                        except sdk_errors():
+                            pass
+                        if self._lite_path is not None:
+                            await anyio.to_thread.run_sync(lite_release, self._lite_path)
+                    self._client = None
+                raise
+            self._opened = True
+
+    async def _connect(self) -> Any:
+        pymilvus = import_pymilvus()
+        kwargs: dict[str, Any] = {"timeout": self.timeout, "dedicated": True}
+        if self._token:
+            kwargs["token"] = self._token
+        if self._db_name:
+            kwargs["db_name"] = self._db_name
+        lite = self._lite_path
+
+        def make() -> Any:
+            if lite is not None:
+                try:
+                    Path(lite).parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise BackendUnavailableError(f"cannot create the folder of the milvus-lite file: {exc}", store=self.name) from exc
+                try:
+                    with warnings.catch_warnings():  # milvus-lite 2.5.1 imports pkg_resources, which warns
+                        warnings.simplefilter("ignore", UserWarning)
+                        import milvus_lite  # noqa: F401
+                except ImportError as exc:
+                    raise ConfigurationError(f"a .db url needs milvus-lite: {INSTALL_HINT}") from exc
+                lite_acquire(lite)
+            try:
+                return pymilvus.AsyncMilvusClient(uri=lite if lite is not None else self.url, **kwargs)
+            except BaseException:
+                if lite is not None:
+                    lite_release(lite)
+                raise
+
+        try:
+            client = await anyio.to_thread.run_sync(make)
+        except FastragError:
+            raise
+        except sdk_errors() as exc:
+            raise BackendUnavailableError(f"cannot open Milvus: {message(exc)}", store=self.name) from exc
+        try:
+            await client.has_collection(self.collection, timeout=self.timeout)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await client.close()
+                except sdk_errors():
+                    pass
+                if lite is not None:
+                    await anyio.to_thread.run_sync(lite_release, lite)
+            if isinstance(exc, sdk_errors()):
+                raise BackendUnavailableError(f"cannot reach Milvus: {message(exc)}", store=self.name) from exc
+            raise
+        return client
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``client.method`` (awaited, or in a worker thread for a sync client), mapping SDK errors."""
+        if self._client is None:
+            raise BackendUnavailableError("store is closed", store=self.name)
+        kwargs.setdefault("timeout", self.timeout)
+        try:
+            if self._is_async:
+                return await getattr(self._client, method)(*args, **kwargs)
+            return await anyio.to_thread.run_sync(partial(getattr(self._client, method), *args, **kwargs))
+        except sdk_errors() as exc:
+            kind = BackendTemporarilyUnavailableError if is_unavailable(exc) else BackendError
+            raise kind(f"Milvus {method} failed: {message(exc)}", store=self.name) from exc
+
+    # ------------------------------------------------------------------ schema
+
+    async def _load_collection_state(self) -> None:
+        if not await self._call("has_collection", self.collection):
+            self._exists = False
+            return
+        info = await self._call("describe_collection", self.collection)
+        fields = {f["name"]: f for f in info.get("fields", [])}
+        has_bm25 = TEXT_FIELD in fields and SPARSE_FIELD in fields
+        has_vectors = VECTOR_FIELD in fields and HAS_VECTOR_FIELD in fields
+        required = {ID_FIELD, CONTENT_FIELD, METADATA_FIELD, FILTER_FIELD}
+        missing = sorted(required - set(fields))
+        recorded = recorded_settings(info)
+        if missing or not (has_vectors or has_bm25) or SCHEMA_PROPERTY not in recorded:
+            raise ConfigurationError(
+                f"{self.name}: the collection exists but was not created by fastrag (fields {sorted(fields)}); "
+                "use another collection name"
+            )
+        version = recorded[SCHEMA_PROPERTY]
+        if str(version) != str(SCHEMA_VERSION):
+            raise ConfigurationError(
+                f"{self.name}: the collection has fastrag schema version {version}, this fastrag writes and reads "
+                f"version {SCHEMA_VERSION} (its filters need the newer layout); re-index into a new collection"
+            )
+        dim = int(fields[VECTOR_FIELD].get("params", {}).get("dim")) if has_vectors else None
+        if self.dimension is not None and dim != self.dimension:
+            raise ConfigurationError(
+                f"{self.name}: the collection was built with "
+                + (f"dimension={dim}" if dim else "no dense vectors (BM25 only)")
+                + f", not dimension={self.dimension}; use a new collection or the same settings"
+            )
+        if self.enable_bm25 and not has_bm25:
+            raise ConfigurationError(
+                f"{self.name}: the collection was created without BM25; open it with enable_bm25=False "
+                "or use a new collection"
+            )
+        model = recorded.get(MODEL_PROPERTY) or None
+        if self.embedding_model is not None and model is not None and model != self.embedding_model:
+            raise ConfigurationError(
+                f"{self.name}: the collection was built with embedding_model={model!r}, not {self.embedding_model!r}; "
+                "use a new collection or the same settings"
+            )
+        if self.embedding_model is not None and model is None:
+            try:
+                await self._call("alter_collection_properties", self.collection,
+                                 properties={MODEL_PROPERTY: self.embedding_model})
+            except BackendTemporarilyUnavailableError:
+                raise
+            except BackendError:
+                pass  # milvus-lite 2.5.1 has no collection properties: only a model given at creation is recorded
+        state = await self._call("get_load_state", self.collection)
+        if getattr(state.get("state"), "name", str(state.get("state"))) != "Loaded":
+            await self._call("load_collection", self.collection)  # e.g. milvus-lite after a restart
+        self.dimension = dim
+        self._has_vectors = has_vectors
+        self.enable_bm25 = has_bm25
+        self.embedding_model = self.embedding_model or model
+        self._exists = True
+
+    def _recorded_at_creation(self) -> dict[str, str]:
+        recorded = {SCHEMA_PROPERTY: str(SCHEMA_VERSION)}
+        if self.embedding_model is not None:
+            recorded[MODEL_PROPERTY] = self.embedding_model
+        return recorded
+
+    def _schema(self, dimension: int | None) -> Any:
+        pymilvus = import_pymilvus()
+        schema = pymilvus.MilvusClient.create_schema(
+            auto_id=False, enable_dynamic_field=False, description=describe(self._recorded_at_creation())
+        )
+        schema.add_field(ID_FIELD, pymilvus.DataType.VARCHAR, is_primary=True, max_length=MAX_VARCHAR_BYTES)
+        schema.add_field(CONTENT_FIELD, pymilvus.DataType.VARCHAR, max_length=MAX_VARCHAR_BYTES)
+        schema.add_field(METADATA_FIELD, pymilvus.DataType.JSON)
+        schema.add_field(FILTER_FIELD, pymilvus.DataType.JSON)
+        if dimension is not None:
+            schema.add_field(HAS_VECTOR_FIELD, pymilvus.DataType.BOOL)
+            schema.add_field(VECTOR_FIELD, pymilvus.DataType.FLOAT_VECTOR, dim=dimension)
+        if self.enable_bm25:
+            schema.add_field(
+                TEXT_FIELD, pymilvus.DataType.VARCHAR, max_length=MAX_VARCHAR_BYTES,
+                enable_analyzer=True, analyzer_params=self._analyzer_params,
+            )
+            schema.add_field(SPARSE_FIELD, pymilvus.DataType.SPARSE_FLOAT_VECTOR)
+            schema.add_function(pymilvus.Function(
+                name="fastrag_bm25", function_type=pymilvus.FunctionType.BM25,
+                input_field_names=[TEXT_FIELD], output_field_names=[SPARSE_FIELD],
+            ))
+        return schema
+
+    def _index_specs(self, dimension: int | None) -> list[dict[str, Any]]:
+        specs = []
+        if dimension is not None:
+            dense = {k: v for k, v in self._index_params.items() if k not in ("metric_type", "field_name", "index_name")}
+            dense.setdefault("index_type", "FLAT")
+            dense["params"] = dict(dense.get("params") or {})
+            specs.append({"field_name": VECTOR_FIELD, "index_name": VECTOR_FIELD, "metric_type": "COSINE", **dense})
+        if self.enable_bm25:
+            specs.append({"field_name": SPARSE_FIELD, "index_name": SPARSE_FIELD,
+                          "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25",
+                          "params": {"bm25_k1": BM25_K1, "bm25_b": BM25_B}})
+        return specs
+
+    async def _create_collection(self, dimension: int | None) -> None:
+        """Create the collection (without dense vectors when ``dimension`` is None), its indexes, and load it.
+
+        A concurrent creator is tolerated: the collection it made is then opened as an existing one.
+        """
+        pymilvus = import_pymilvus()
+        schema = self._schema(dimension)
+        try:
+            await self._call("create_collection", self.collection, schema=schema, consistency_level="Strong",
+                             properties=self._recorded_at_creation())
+        except BackendError:
+            if not await self._call("has_collection", self.collection):
+                raise
+            await self._load_collection_state()  # another client created it meanwhile: open theirs
+            return
+        specs = self._index_specs(dimension)
+        if self._owns_client or not self._is_async:
+            # pymilvus's async create_index waits through AllocTimestamp, which milvus-lite does not serve;
+            # the sync client can start the build without waiting, and we poll describe_index instead.
+            await anyio.to_thread.run_sync(self._create_indexes_sync, specs)
+        else:
+            for spec in specs:
+                try:
+                    await self._call("create_index", self.collection, index_params(pymilvus, spec))
+                except BackendError:
+                    if not await self._index_ready(spec["index_name"]):
+                        raise
+        await self._wait_for_indexes([spec["index_name"] for spec in specs])
+        await self._call("load_collection", self.collection)
+        self.dimension = dimension
+        self._has_vectors = dimension is not None
+        self._exists = True
+
+    def _create_indexes_sync(self, specs: list[dict[str, Any]]) -> None:
+        pymilvus = import_pymilvus()
+        client = self._client
+        own_sync = self._is_async
+        try:
+            if own_sync:
+                kwargs: dict[str, Any] = {"timeout": self.timeout}
+                if self._token:
+                    kwargs["token"] = self._token
+                if self._db_name:
+                    kwargs["db_name"] = self._db_name
+                client = pymilvus.MilvusClient(uri=self._lite_path or self.url, **kwargs)
+            try:
+                existing = set(client.list_indexes(self.collection, timeout=self.timeout))
+                for spec in specs:
+                    if spec["index_name"] not in existing:
+                        client.create_index(
+                            self.collection, index_params(pymilvus, spec), timeout=self.timeout, sync=False
+                        )
+            finally:
+                if own_sync:
+                    client.close()
+        except sdk_errors() as exc:
+            kind = BackendUnavailableError if is_unavailable(exc) else BackendError
+            raise kind(f"Milvus create_index failed: {message(exc)}", store=self.name) from exc
+
+    async def _index_ready(self, index_name: str) -> bool:
+        try:
+            info = await self._call("describe_index", self.collection, index_name)
+        except BackendError:
+            return False
+        return bool(info) and info.get("state") in (None, "Finished")
+
+    async def _wait_for_indexes(self, names: list[str]) -> None:
+        with anyio.move_on_after(self.timeout) as scope:
+            delay = 0.005
+            while True:
+                ready = [await self._index_ready(name) for name in names]
+                if all(ready):
+                    return
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        if scope.cancelled_caught:
+            raise BackendError(f"indexes {names} were not built within {self.timeout} s", store=self.name)
+
+    async def _ensure_collection(self, dimension: int | None) -> None:
+        await self._ensure_open()
+        if self._exists:
+            return
+        async with self._open_lock:
+            if self._exists:
+                return
+            await self._load_collection_state()  # another process may have created it
+            if self._exists:
+                return
+            if not self._create:
+                raise BackendUnavailableError(
+                    f"collection {self.collection!r} does not exist (create=False)", store=self.name
+                )
+            dim = dimension or self.dimension
+            if dim is None and not self.enable_bm25:
+                raise InvalidParameterError(
+                    f"{self.name}: the first write to a new collection needs embeddings, or open the store "
+                    "with dimension= (or enable_bm25=True for a BM25-only collection)"
+                )
+            await self._create_collection(dim)  # None: BM25 only, no dense vectors
+
+    async def _readable(self) -> bool:
+        """Open the store; whether its collection exists (a missing one reads as empty)."""
+        await self._ensure_open()
+        if not self._exists:
+            async with self._open_lock:
+                if not self._exists:
+                    await self._load_collection_state()
+        return self._exists
+
+    async def _searchable(self) -> bool:
+        """:meth:`_readable`, and on milvus-lite 3.x in this process flush first when many rows were written since
+        the last flush.
+
+        milvus-lite 3.x (the Python re-implementation) searches unflushed rows with a per-query scan in Python,
+        about 1 s for BM25 over 5,000 documents; after a flush the same search takes about 25 ms. Milvus itself
+        (a server, or milvus-lite 2.5.1's native build) searches its growing segments itself and is never
+        flushed here.
+        """
+        exists = await self._readable()
+        if exists and self._lite_server and self._unflushed >= _LITE_FLUSH_ROWS:
+            async with self._flush_lock:
+                if self._unflushed >= _LITE_FLUSH_ROWS:
+                    await self.flush()
+        return exists
+
+    async def flush(self) -> None:
+        """Ask Milvus to seal and persist what was written so far (``flush``).
+
+        Not needed for correctness: writes are visible to searches at once (the collection uses Strong
+        consistency). Useful after a bulk load on milvus-lite, where searches over unflushed rows are slow;
+        the store does it by itself there before a search that follows 256 or more new rows.
+
+        Raises:
+            BackendError: Milvus failed.
+        """
+        if await self._readable():
+            written = self._unflushed
+            await self._call("flush", self.collection)
+            self._unflushed = max(0, self._unflushed - written)
+
+    # ------------------------------------------------------------------ writes
+
+    async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
+        """Insert or replace ``documents`` by id.
+
+        Args:
+            documents: the documents. ``content`` and ``metadata["title"]`` feed BM25 (with
+                ``enable_bm25``); metadata must be JSON (str keys; str, finite numbers, bools, None, lists,
+                objects).
+            embeddings: ``(len(documents), dim)`` float32 (other float dtypes are converted), finite; any
+                scale (Milvus normalises for COSINE). ``None`` stores the documents without vectors: BM25
+                finds them, k-NN never returns them.
+
+        Raises:
+            DimensionMismatchError: the width differs from the store's dimension, or the row count from
+                ``len(documents)``.
+            InvalidParameterError: a vector holds NaN or infinity, an id repeats, metadata is not JSON, an id,
+                content or BM25 text is longer than 65535 UTF-8 bytes, or the first write to a new collection
+                has no embeddings, no ``dimension`` was given and BM25 is off.
+            ConfigurationError: embeddings for a BM25-only collection (one created by a first write without
+                embeddings and without ``dimension``).
+            BackendError: Milvus failed. Milvus has no transactions: batches of 256 documents are written
+                one after another, so a failure can leave earlier batches written.
+        """
+        docs = list(documents)
+        if not docs:
+            return
+        check_unique_ids(docs)
+        matrix = (
+            None if embeddings is None
+            else check_embeddings(embeddings, len(docs), dimension=self.dimension, store=self.name)
+        )
+        rows = [self._row(doc) for doc in docs]
+        await self._ensure_collection(None if matrix is None else matrix.shape[1])
+        if matrix is not None and not self._has_vectors:
+            raise ConfigurationError(
+                f"{self.name}: the collection holds no dense vectors (it was created by a write without "
+                "embeddings and no dimension=); use a new collection for vectors"
+            )
+        if matrix is not None and matrix.shape[1] != self.dimension:
+            raise DimensionMismatchError(
+                f"{self.name}: embeddings have dimension {matrix.shape[1]}, the store holds {self.dimension}"
+            )
+        for i, row in enumerate(rows):
+            if self._has_vectors:
+                assert self.dimension is not None
+                row[HAS_VECTOR_FIELD] = matrix is not None
+                # a document without a vector gets a unit placeholder that has_vector == false hides from k-NN
+                row[VECTOR_FIELD] = matrix[i].tolist() if matrix is not None else [1.0] + [0.0] * (self.dimension - 1)
+            if not self.enable_bm25:
+                row.pop(TEXT_FIELD)
+        for start in range(0, len(rows), _UPSERT_BATCH):
+            await self._call("upsert", self.collection, rows[start : start + _UPSERT_BATCH])
+            self._unflushed += len(rows[start : start + _UPSERT_BATCH])
+
+    def _row(self, doc: Document) -> dict[str, Any]:
+        metadata, _ = metadata_json(doc)
+        title = doc.metadata.get(TITLE)
+        text = f"{title}\n{doc.content}" if isinstance(title, str) and title else doc.content
+        for label, value in (("id", doc.id), ("content", doc.content), ("title + content", text)):
+            if label == "id" and isinstance(value, str):
+                value = encode_id(value)  # as stored: a line break or quote takes 3 characters
+            try:
+                size = len(value.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                raise InvalidParameterError(f"document {doc.id!r}: {label} is not valid Unicode text") from exc
+            if size > MAX_VARCHAR_BYTES:
+                raise InvalidParameterError(
+                    f"document {doc.id!r}: {label} is {size} UTF-8 bytes; Milvus holds at most "
+                    f"{MAX_VARCHAR_BYTES} (chunk the text)"
+                )
+        beyond = _int_beyond_int64(metadata)
+        if beyond is not None:
+            raise InvalidParameterError(
+                f"document {doc.id!r}: metadata integer {beyond!r} is beyond int64, the range Milvus's JSON holds "
+                "(store it as a string or a float)"
+            )
+        try:
+            values = filter_values(metadata)
+        except UnicodeEncodeError as exc:
+            raise InvalidParameterError(f"document {doc.id!r}: a metadata key is not valid Unicode text") from exc
+        return {ID_FIELD: encode_id(doc.id), CONTENT_FIELD: doc.content, METADATA_FIELD: metadata, FILTER_FIELD: values,
+                TEXT_FIELD: text}
+
+    async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | MilvusExpr | None = None) -> int:  # noqa: A002
+        """Delete documents; return how many were removed.
+
+        Args:
+            ids: delete these ids (unknown ids are ignored).
+            filter: delete documents matching this filter (fastrag filter or :class:`MilvusExpr`). With
+                ``ids`` too, only documents that have one of the ids *and* match are deleted.
+
+        The matching ids are read first and then deleted by id, so the count is exact; a document written
+        between the two steps by another client is not deleted.
+
+        Raises:
+            InvalidParameterError: neither ``ids`` nor ``filter`` was given, or ``ids`` is a single string.
+            FilterError: the filter is malformed; UnsupportedFilterError: it cannot be expressed.
+            BackendError: Milvus failed.
+        """
+        if ids is None and filter is None:
+            raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
+        expressions = self._id_filter_expressions(ids, filter)
+        if not expressions or not await self._readable():
+            return 0
+        doomed: list[str] = []
+        for expression in expressions:
+            rows = await self._call("query", self.collection, filter=expression, output_fields=[ID_FIELD])
+            doomed.extend(row[ID_FIELD] for row in rows)
+        doomed = sorted(set(doomed))
+        for start in range(0, len(doomed), _ID_BATCH):
+            batch = doomed[start : start + _ID_BATCH]
+            await self._call("delete", self.collection, filter=ids_expression(batch, stored=True))
+        return len(doomed)
+
+    async def clear(self) -> int:
+        """Delete every document; return how many were removed."""
+        return await self.delete(filter=MilvusExpr(_TRUE))
+
+    def _id_filter_expressions(
+        self, ids: Sequence[str] | None, filter: FilterLike | MilvusExpr | None  # noqa: A002
+    ) -> list[str]:
+        """Expressions whose union selects ``ids`` AND ``filter`` (ids in batches); ``[]`` selects nothing."""
+        condition = native_or_translated(filter)
+        if ids is None:
+            return [condition or _TRUE]
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise InvalidParameterError("ids must be a sequence of strings, not one string")
+        unique = sorted({str(i) for i in ids})
+        for i in unique:
+            string_literal(encode_id(i))  # refuse unencodable ids before any call
+        return [
+            and_expressions(ids_expression(unique[start : start + _ID_BATCH]), condition)
+            for start in range(0, len(unique), _ID_BATCH)
+        ]
+
+    # ------------------------------------------------------------------ reads
+
+    async def count(self, *, filter: FilterLike | MilvusExpr | None = None) -> int:  # noqa: A002
+        """How many documents the store holds, or how many match ``filter``.
+
+        Raises:
+            FilterError: the filter is malformed; UnsupportedFilterError: it cannot be expressed.
+            BackendError: Milvus failed.
+        """
+        expression = native_or_translated(filter) or ""
+        if not await self._readable():
+            return 0
+        rows = await self._call("query", self.collection, filter=expression, output_fields=["count(*)"])
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    async def get(
+        self, *, ids: Sequence[str] | None = None, filter: FilterLike | MilvusExpr | None = None,  # noqa: A002
+        limit: int | None = None,
+    ) -> list[Document]:
+        """Documents with these ``ids`` and/or matching ``filter`` (all when neither), in id order.
+
+        Every matching document is read (one query per 500 ids) and sorted by id here; ``limit`` then
+        keeps the first ones.
+
+        Raises:
+            InvalidParameterError: ``limit`` is not a positive int, or ``ids`` is a single string.
+            FilterError: the filter is malformed; UnsupportedFilterError: it cannot be expressed.
+            BackendError: Milvus failed.
+        """
+        if limit is not None:
+            check_search_k(limit, "limit")
+        expressions = self._id_filter_expressions(ids, filter)
+        if not expressions or not await self._readable():
+            return []
+        found: dict[str, Document] = {}
+        for expression in expressions:
+            rows = await self._call(
+                "query", self.collection, filter=expression, output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD]
+            )
+            for row in rows:
+                doc = document(row)
+                found[doc.id] = doc
+        docs = [found[i] for i in sorted(found)]
+        return docs if limit is None else docs[:limit]
+
+    async def search_vector(
+        self, embedding: np.ndarray, *, k: int, filter: FilterLike | MilvusExpr | None = None  # noqa: A002
+    ) -> list[Document]:
+        """Cosine k-NN among documents that have a vector and match ``filter`` (applied before ranking).
+
+        Args:
+            embedding: ``(dim,)`` query vector, any scale.
+            k: how many documents at most (an int, 1..16384).
+            filter: a fastrag filter or a :class:`MilvusExpr`.
+
+        Returns:
+            Copies best first, ``score`` = cosine similarity in [-1, 1] (higher is better), zero-based
+            ``rank``; equal scores are ordered by id. With the default FLAT index the search is exact.
+
+        Raises:
+            InvalidParameterError: ``k`` is out of range, or the vector holds NaN or infinity.
+            DimensionMismatchError: the vector's width differs from the store's.
+            FilterError / UnsupportedFilterError: the filter is malformed / cannot be expressed.
+            BackendError: Milvus failed.
+        """
+        check_search_k(k)
+        query = check_query_vector(embedding, dimension=None, store=self.name)  # the width is checked below
+        if query.shape[0] == 0:
+            raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
+        check_dimension(query.shape[0], self.dimension, store=self.name, what="query has")
+        expression = and_expressions(f"{HAS_VECTOR_FIELD} == true", native_or_translated(filter))
+        if not await self._searchable() or not self._has_vectors:
+            return []  # no collection yet, or a BM25-only one: no document has a vector
+        if query.shape[0] != self.dimension:
+            raise DimensionMismatchError(
+                f"{self.name}: query has dimension {query.shape[0]}, the store holds {self.dimension}"
+            )
+        if not np.any(query):
+            raise InvalidParameterError("query embedding is all zeros; cosine similarity is undefined")
+        hits = await self._search(query.tolist(), VECTOR_FIELD, "COSINE", k, expression)
+        return ranked([(cosine_score(score), doc) for score, doc in hits], k)
+
+    async def search_text(self, query: str, *, k: int, filter: FilterLike | MilvusExpr | None = None) -> list[Document]:  # noqa: A002
+        """BM25 search (Milvus's BM25 function): the ``k`` best documents sharing a term with ``query``.
+
+        Args:
+            query: free text, analysed like the documents (``analyzer_params``).
+            k: how many documents at most (an int, 1..16384).
+            filter: a fastrag filter or a :class:`MilvusExpr`; applied before the top-k cut.
+
+        Returns:
+            Copies best first, ``score`` = BM25 (k1 = 1.2, b = 0.75, IDF ``log(1 + (N - n + 0.5) / (n + 0.5))``;
+            unbounded, > 0, higher is better), zero-based ``rank``. milvus-lite computes IDF per segment.
+            Empty when no document shares a term or the query is blank.
+
+        Raises:
+            InvalidParameterError: ``k`` is out of range or ``query`` is not a string.
+            ConfigurationError: the collection was created without ``enable_bm25``.
+            FilterError / UnsupportedFilterError: the filter is malformed / cannot be expressed.
+            BackendError: Milvus failed.
+        """
+        check_search_k(k)
+        if not isinstance(query, str):
+            raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
+        expression = native_or_translated(filter) or ""
+        exists = await self._searchable()
+        if not self.enable_bm25:
+            raise ConfigurationError(f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True")
+        if not exists or not query.strip():
+            return []
+        hits = await self._unless_never_written(self._search(query, SPARSE_FIELD, "BM25", k, expression), [])
+        # milvus-lite 3.x reports BM25 as a negative distance, Milvus as a positive score: BM25 is never negative.
+        return ranked([(v, doc) for score, doc in hits if (v := bm25_score(score)) is not None], k)
+
+    async def _unless_never_written(self, search: Awaitable[Any], empty: Any) -> Any:
+        """Await a search that has a BM25 leg; ``empty`` where it failed only because the collection never held a
+        document: Milvus 2.5 then has no average document length and refuses BM25 ("Invalid sparse row: NaN or
+        Inf value"), where fastrag's contract is an empty result."""
+        try:
+            return await search
+        except BackendTemporarilyUnavailableError:
+            raise
+        except BackendError as exc:
+            if "NaN or Inf" not in str(exc) or await self.count() != 0:
+                raise
+            return empty
+
+    async def _search(self, data: Any, field: str, metric: str, k: int, expression: str) -> list[tuple[float, Document]]:
+        """``(distance, document)`` hits best first, enough for :func:`_ranked` to cut at ``k`` (see
+        :meth:`_settled_page`)."""
+
+        async def page(limit: int) -> list[Any]:
+            result = await self._call(
+                "search", self.collection, data=[data], anns_field=field, limit=limit,
+                filter=expression, output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD],
+                search_params={"metric_type": metric},
+            )
+            return result[0] if result else []
+
+        found = await settled_page(page, k, score=bm25_score if metric == "BM25" else cosine_score)
+        return [(float(hit["distance"]), document(hit["entity"])) for hit in found]
+
+    async def search_hybrid(
+        self,
+        query: str,
+        embedding: np.ndarray,
+        *,
+        k: int,
+        filter: FilterLike | MilvusExpr | None = None,  # noqa: A002
+        fusion: Literal["rrf", "weighted"] = "rrf",
+        rank_constant: int = 60,
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+        candidate_k: int = 40,
+        provenance: bool = False,
+    ) -> list[Document]:
+        """Dense k-NN and BM25 searched inside Milvus, with ``filter`` applied to both legs, and fused: RRF inside
+        Milvus (one ``hybrid_search``), weighted by fastrag from the two legs' hits.
+
+        Args:
+            query: the text for the BM25 leg (needs ``enable_bm25``).
+            embedding: ``(dim,)`` query vector for the dense leg.
+            k: how many fused documents at most (an int, 1..16384).
+            filter: a fastrag filter or a :class:`MilvusExpr`, applied to each leg before its top-k cut.
+            fusion: ``"rrf"``: Milvus's ``RRFRanker``, score = sum over legs of ``1 / (rank_constant + r)``
+                with ``r`` the 1-based rank in that leg (Cormack, Clarke & Büttcher, SIGIR 2009); Milvus orders
+                equal scores within a leg its own way. ``"weighted"``: each leg's score mapped to [0, 1] (cosine
+                by ``(1 + s) / 2``, BM25 by ``2 * atan(s) / pi``, the mapping of Milvus's ``WeightedRanker``
+                with ``norm_score=True``) and the weighted sum is the score; fastrag fuses it from the two legs'
+                searches (run concurrently), because Milvus 2.5's ranker maps BM25 as a distance (the best BM25
+                hit fused lowest, measured on milvus-lite 2.5.1).
+            rank_constant: RRF's ``k`` (a positive int; 60 in the paper).
+            weights: for ``"weighted"``: ``{"vector": w, "bm25": w}`` or ``(w_vector, w_bm25)``, each in
+                [0, 1] (Milvus's range), not both 0; default equal.
+            candidate_k: how many hits each leg contributes (at least ``k``).
+            provenance: stamp each fused document's ``metadata["branches"]`` with its ``"vector"`` and
+                ``"bm25"`` score and zero-based rank (ties ordered by id). For RRF this also runs the two legs
+                as plain searches (same requests, concurrently), since ``hybrid_search`` does not report
+                per-leg scores: it triples the work, and where a leg has tied scores its ranks here may
+                differ from the order Milvus fused. Weighted fusion has the legs anyway.
+
+        Returns:
+            Copies best first with the fused ``score`` (higher is better) and zero-based ``rank``; equal
+            scores are ordered by id.
+
+        Raises:
+            InvalidParameterError: bad ``k``, ``query``, vector, ``fusion``, ``rank_constant``, ``weights`` or
+                ``candidate_k``.
+            DimensionMismatchError: the vector's width differs from the store's.
+            ConfigurationError: the collection was created without BM25.
+            FilterError / UnsupportedFilterError: the filter is malformed / cannot be expressed.
+            BackendError: Milvus failed.
+        """
+        fused = search_hybrid(
+            self, query, embedding, k=k, filter=filter, fusion=fusion, rank_constant=rank_constant, weights=weights,
+            candidate_k=candidate_k, provenance=provenance,
+        )
+        return await self._unless_never_written(fused, [])
+
+
+def index_params(pymilvus: Any, spec: Mapping[str, Any]) -> Any:
+    params = pymilvus.MilvusClient.prepare_index_params()
+    params.add_index(**spec)
+    return params
+
+
+def _int_beyond_int64(value: Any) -> int | None:
+    """The first integer in a JSON-like ``value`` (nested lists and objects included) outside int64, if any."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if not INT64_MIN <= value <= INT64_MAX else None
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        for item in value:
+            found = _int_beyond_int64(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _python_milvus_lite() -> bool:
+    """Whether the installed milvus-lite is 3.x, the Python re-implementation (not the native 2.5 build), whose
+    searches over unflushed rows are slow scans (see :meth:`MilvusVectorStore._searchable`). Read from the
+    package's version, since milvus-lite 2.5.1's server does not implement ``GetVersion``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("milvus-lite").split(".")[0]) >= 3
+    except (PackageNotFoundError, ValueError):
+        return False
