@@ -330,11 +330,16 @@ async def _open_retriever(
 @click.option("--language", "language",
               help="The question's language for BM25 (an ISO 639-1 code), or auto to detect it with Lingua among "
                    "the languages of the store's documents. Default: each language the store holds.")
+@click.option("--offset", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Skip this many results: the next page (--top-k 5 --offset 5 prints results 6 to 10).")
+@click.option("--group-by", "group_by",
+              help="One result per value of this metadata key (source_uri, parent_id, ...), with its best chunk.")
 @_embedder_options
 def search(query: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
            include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
            as_json: bool, lexical_store_url: str | None, rerank: str, rerank_model: str | None,
-           candidate_k: int, model: str | None, language: str | None, embedder_options: dict[str, Any]) -> None:
+           candidate_k: int, model: str | None, language: str | None, offset: int, group_by: str | None,
+           embedder_options: dict[str, Any]) -> None:
     """Search the index for QUERY and print the best documents."""
     from fastrag.filters import parse_filter
     from fastrag.retrieval.result import retrieve_result
@@ -348,7 +353,11 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
         async with _open_retriever(settings, include_glob=include_glob, exclude_glob=exclude_glob,
                                    path_filter=path_filter, rerank=rerank, rerank_model=rerank_model,
                                    candidate_k=candidate_k, language=language) as retriever:
-            result = await retrieve_result(retriever, query, k=top_k, filter=node)
+            if group_by is not None:
+                from fastrag.retrieval.grouping import GroupingRetriever
+
+                retriever = GroupingRetriever(retriever, group_by=group_by)
+            result = await retrieve_result(retriever, query, k=top_k, filter=node, offset=offset)
             if result.error is not None:
                 raise result.error
             return result
@@ -365,12 +374,13 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
                               ensure_ascii=False, indent=2))
         return
     if not hits:
-        click.echo("No documents matched.")
+        click.echo(f"No documents past the first {offset}." if offset else "No documents matched.")
         return
     for doc in hits:
         title = doc.metadata.get(TITLE) or ""
         snippet = " ".join(doc.content.split())[:200]
-        click.echo(f"{doc.rank + 1:>2}. [{doc.score:.4f}] {doc.source_label}  {title}")
+        more = f"  (+{len(doc.group_chunks)} more matching chunks)" if doc.group_chunks else ""
+        click.echo(f"{doc.rank + 1:>2}. [{doc.score:.4f}] {doc.source_label}  {title}{more}")
         click.echo(f"    {snippet}")
 
 

@@ -232,6 +232,12 @@ class SearchSettings:
     (see :data:`AUTO_DIRECT_MAX`)."""
     auto_rerank_min: int | None = None
     """``"auto"``: the smallest corpus, in chunks, that gets a reranker (see :data:`AUTO_RERANK_MIN`)."""
+    group_by: str | None = None
+    """One result per value of this metadata key (``"parent_id"``, ``"source_uri"``, any field), credited
+    with ``group_score`` and carrying the group's other matching chunks
+    (:class:`~fastrag.retrieval.grouping.GroupingRetriever`); unset (the default): one result per chunk."""
+    group_score: str | None = None
+    """With ``group_by``: ``"max"`` (a group scores as its best chunk; the default) or ``"sum"``."""
 
     def __post_init__(self) -> None:
         if self.search_mode is not None and self.search_mode not in SEARCH_MODES:
@@ -252,6 +258,10 @@ class SearchSettings:
             raise InvalidParameterError(
                 f"rank_constant must be a number in (0, {MAX_RANK_CONSTANT:g}] (Cormack et al. 2009 use 60), got {rc!r}"
             )
+        if self.group_by is not None and (not isinstance(self.group_by, str) or not self.group_by.strip()):
+            raise InvalidParameterError(f"group_by must be a metadata key (a non-empty string), got {self.group_by!r}")
+        if self.group_score is not None and self.group_score not in ("max", "sum"):
+            raise InvalidParameterError(f"group_score must be 'max' or 'sum', got {self.group_score!r}")
         if self.rerank is not None and not isinstance(self.rerank, bool):
             raise InvalidParameterError(f"rerank must be true or false, got {self.rerank!r}")
         model = self.rerank_model
@@ -305,6 +315,7 @@ SYSTEM_DEFAULTS = SearchSettings(
     top_k=20,
     auto_direct_max=AUTO_DIRECT_MAX,
     auto_rerank_min=AUTO_RERANK_MIN,
+    group_score="max",
 )
 """The last layer of resolution: hybrid search, weighted min-max fusion 0.7 dense / 0.3 BM25 (RRF's
 ``rank_constant`` 60, Cormack et al. 2009, when ``fusion="rrf"``), no reranking and no reranker, 40 candidates
@@ -342,6 +353,8 @@ class ResolvedSearchSettings:
     top_k: int
     auto_direct_max: int
     auto_rerank_min: int
+    group_by: str | None = None
+    group_score: str = "max"
     origins: Mapping[str, Origin] = field(default_factory=lambda: MappingProxyType({}))
 
     def origin(self, name: str) -> Origin:
@@ -405,7 +418,7 @@ def resolve_settings(
                 values[f.name], origins[f.name] = value, origin
                 break
         else:
-            if f.name != "rerank_model":
+            if f.name not in ("rerank_model", "group_by"):
                 raise InvalidParameterError(f"defaults leave {f.name!r} unset")
             values[f.name], origins[f.name] = None, "default"
     lexical_share = _measured_lexical_weight(embedder_name)
@@ -464,8 +477,9 @@ class SearchResponse:
         settings: the resolved settings, with where each came from.
         strategy: what ran: ``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"direct"`` (exact hybrid fusion
             over the whole corpus, chosen by ``"auto"``: both branches return every chunk they match), with
-            ``"+rerank"`` appended when a reranker narrowed the result; ``"auto"`` itself when ``"auto"``
-            could not count the corpus (the store failed: ``retrieval_failed`` is then true).
+            ``"+rerank"`` appended when a reranker narrowed the result, and ``"+group"`` when results were
+            grouped (``group_by``); ``"auto"`` itself when ``"auto"`` could not count the corpus (the store
+            failed: ``retrieval_failed`` is then true).
         corpus_size: with ``"auto"``, the number of chunks (stored documents, not files) the call could see
             (its scope and filter), which chose the strategy; ``None`` otherwise, or when that count failed.
         error: why the call failed, or ``None`` (see :class:`~fastrag.retrieval.result.RetrievalResult`).
@@ -1339,6 +1353,7 @@ class KnowledgeBase:
         user_id: str | int | None = None,
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
+        offset: int = 0,
         **settings: Any,
     ) -> list[Document]:
         """The scope's best documents for ``query`` matching ``filter``, best first.
@@ -1350,12 +1365,18 @@ class KnowledgeBase:
             user_id: confine the search to this tenant (see the class); likewise ``agent_id``, ``scope``.
             agent_id: see ``user_id``.
             scope: see ``user_id``.
+            offset: skip this many results: ``offset=top_k`` is the second page (ranks ``top_k`` to
+                ``2 * top_k - 1``); pages never repeat or skip a result as long as they end within
+                ``retrieval_k`` (:mod:`fastrag.retrieval.pagination`). ``offset + top_k`` is at most 10,000.
             **settings: request-level :class:`SearchSettings` fields (``search_mode="keyword"``,
-                ``top_k=5``, ...), which win over the knowledge base's and the defaults.
+                ``top_k=5``, ``group_by="source_uri"``, ...), which win over the knowledge base's and the
+                defaults.
 
         Returns:
             At most ``top_k`` copies stamped with ``score`` (higher is better; range: see
-            :attr:`SearchResponse.documents`) and zero-based ``rank``.
+            :attr:`SearchResponse.documents`) and zero-based ``rank`` (in the whole list, so the second page
+            starts at ``top_k``); with ``group_by``, one per group (see
+            :class:`~fastrag.retrieval.grouping.GroupingRetriever`).
 
         Raises:
             UnknownParameterError: a keyword argument is not a setting.
@@ -1367,9 +1388,12 @@ class KnowledgeBase:
             BackendError, EmbeddingError, RerankerError: retrieval failed (use :meth:`search_result` to get
                 failures as a status instead).
         """
+        from fastrag.retrieval.pagination import check_offset, retrieve_page
+
+        check_offset(offset, settings.get("top_k") or 1)
         plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
-        found = await plan.retriever.retrieve(query, k=plan.settings.top_k, filter=plan.filter)
-        return plan.confined(found)
+        found = await retrieve_page(plan.retriever, query, k=plan.settings.top_k, offset=offset, filter=plan.filter)
+        return plan.confined(found, offset=offset)
 
     async def search_result(
         self,
@@ -1379,9 +1403,10 @@ class KnowledgeBase:
         user_id: str | int | None = None,
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
+        offset: int = 0,
         **settings: Any,
     ) -> SearchResponse:
-        """Like :meth:`search`, but returns a :class:`SearchResponse`: the documents, the resolved settings
+        """Like :meth:`search` (``offset`` included), but returns a :class:`SearchResponse`: the documents, the resolved settings
         with their origins, the strategy that ran, and the retrieval status (a failed store is reported in
         ``error`` with ``retrieval_failed`` true, not raised).
 
@@ -1395,12 +1420,16 @@ class KnowledgeBase:
                 (a subclass): a native backend filter together with a scope.
             ConfigurationError: the resolved settings need something missing.
         """
+        from fastrag.retrieval.pagination import check_offset
         from fastrag.retrieval.result import retrieve_result
 
+        check_offset(offset, settings.get("top_k") or 1)
         plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
-        result: RetrievalResult = await retrieve_result(plan.retriever, query, k=plan.settings.top_k, filter=plan.filter)
+        result: RetrievalResult = await retrieve_result(
+            plan.retriever, query, k=plan.settings.top_k, filter=plan.filter, offset=offset
+        )
         return SearchResponse(
-            documents=tuple(plan.confined(list(result.documents))),
+            documents=tuple(plan.confined(list(result.documents), offset=offset)),
             settings=plan.settings,
             strategy=plan.strategy,
             corpus_size=plan.corpus_size,
@@ -1421,6 +1450,7 @@ class KnowledgeBase:
         user_id: str | int | None = None,
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
+        group_by: str | None = None,
     ) -> KnowledgeBaseTool:
         """A function-calling tool over :meth:`search` (see :class:`~fastrag.tool.KnowledgeBaseTool`).
 
@@ -1435,16 +1465,21 @@ class KnowledgeBase:
                 likewise ``agent_id``, ``scope``.
             agent_id: see ``user_id``.
             scope: see ``user_id``.
+            group_by: one result per value of this metadata key (``"source_uri"``), each listing the
+                group's other matching passages under ``"more"``; ``None`` inherits.
+
+        The schema offers ``offset`` too: the model reads the next page by skipping what it has read.
 
         Raises:
             InvalidParameterError: an invalid name, mode, ``top_k``/``max_top_k`` (``max_top_k`` above what
-                reranking can serve), or scope; no scope on a knowledge base with ``require_scope``.
+                reranking can serve), ``group_by``, or scope; no scope on a knowledge base with
+                ``require_scope``.
         """
         from fastrag.tool import KnowledgeBaseTool
 
         return KnowledgeBaseTool.for_knowledge_base(
             self, name=name, description=description, search_mode=search_mode, top_k=top_k,
-            max_top_k=max_top_k, scope=_scope_of(user_id, agent_id, scope),
+            max_top_k=max_top_k, scope=_scope_of(user_id, agent_id, scope), group_by=group_by,
         )  # fmt: skip
 
     # ---------------------------------------------------------------------------------- planning
@@ -1499,6 +1534,11 @@ class KnowledgeBase:
             reranker = await self._reranker(settings.rerank_model)
             retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=settings.retrieval_k)
             strategy = f"{mode}+rerank"
+        if settings.group_by is not None:
+            from fastrag.retrieval.grouping import GroupingRetriever
+
+            retriever = GroupingRetriever(retriever, group_by=settings.group_by, score=settings.group_score)  # type: ignore[arg-type]
+            strategy = f"{strategy}+group"
         scope_filter = vector_view.confine(None)
         return _Plan(retriever=retriever, settings=settings, strategy=strategy, corpus_size=corpus_size,
                      filter=node, scope_filter=scope_filter)  # fmt: skip
@@ -1586,7 +1626,7 @@ class _Plan:
     filter: Any
     scope_filter: Any
 
-    def confined(self, found: list[Document]) -> list[Document]:
+    def confined(self, found: list[Document], *, offset: int = 0) -> list[Document]:
         """Second line of defence: drop any document outside the scope (a stage that lost the filter)."""
         if self.scope_filter is None:
             return found
@@ -1594,7 +1634,7 @@ class _Plan:
         if len(kept) == len(found):
             return found
         logger.error("tenant isolation: %d document(s) outside the scope were removed", len(found) - len(kept))
-        return [doc.ranked(score=doc.score, rank=rank) for rank, doc in enumerate(kept)]
+        return [doc.ranked(score=doc.score, rank=offset + rank) for rank, doc in enumerate(kept)]
 
 
 async def _clear(view: _ScopedStore) -> int:

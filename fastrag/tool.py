@@ -67,7 +67,7 @@ DEFAULT_MAX_TOP_K = 50
 """The largest ``top_k`` a tool offers when ``max_top_k`` is not given (lower when the knowledge base cannot
 serve it: see :meth:`KnowledgeBaseTool.for_knowledge_base`)."""
 
-_ARGUMENTS = ("query", "top_k", "filter")
+_ARGUMENTS = ("query", "top_k", "offset", "filter")
 _COMPARISON_DEFS = {"scalar": "comparison", "set": "set_comparison", "range": "range_comparison",
                     "string": "string_comparison"}  # fmt: skip
 
@@ -146,6 +146,9 @@ class KnowledgeBaseTool:
         search_mode: the mode every call uses; ``None``: the knowledge base's, resolved at each call.
         top_k: results when the call gives no ``top_k``; ``None``: the knowledge base's.
         max_top_k: the largest ``top_k`` a call may ask for.
+        group_by: one result per value of this metadata key (``"source_uri"``, ``"parent_id"``), each
+            carrying the group's other matching passages under ``"more"``; ``None``: the knowledge base's.
+        max_offset: the largest ``offset`` (results skipped, for the next page) a call may give.
         scope: the tenant every call is confined to (``{}``: none); not visible to the model.
         hidden_keys: metadata keys the tool neither offers nor accepts in a filter: fastrag's internal keys
             (``content_hash``, ``chunker``, ``chunk_index``, ``parent_id``, ``section_index``,
@@ -158,6 +161,8 @@ class KnowledgeBaseTool:
     top_k: int | None
     max_top_k: int
     scope: Mapping[str, str | int]
+    group_by: str | None = None
+    max_offset: int = 0
     hidden_keys: frozenset[str] = field(repr=False, default=frozenset())
     knowledge_base: KnowledgeBase = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     _schema: str = field(repr=False, compare=False, default="{}")
@@ -173,19 +178,22 @@ class KnowledgeBaseTool:
         top_k: int | None = None,
         max_top_k: int | None = None,
         scope: Mapping[str, str | int] | None = None,
+        group_by: str | None = None,
     ) -> KnowledgeBaseTool:
         """The tool for ``knowledge_base`` (what :meth:`~fastrag.knowledge_base.KnowledgeBase.as_tool` returns).
 
         ``max_top_k`` ``None`` offers :data:`DEFAULT_MAX_TOP_K` (50), or fewer when the knowledge base cannot
         serve that many: when its settings (with the tool's ``search_mode``) rerank with an explicit
-        ``retrieval_k``, a call may ask for at most ``retrieval_k`` results.
+        ``retrieval_k``, a call may ask for at most ``retrieval_k`` results. A call may page with ``offset``
+        as long as ``offset + top_k`` stays within what the knowledge base can serve (``retrieval_k`` when
+        it reranks, 10,000 otherwise): ``max_offset`` is that limit minus 1.
 
         Raises:
             InvalidParameterError: ``name`` does not match :data:`TOOL_NAME_PATTERN`; ``description`` is not a
                 non-empty string; an unknown ``search_mode``; ``max_top_k`` not an int in [1, 10,000] or
                 larger than the knowledge base can serve (see above); ``top_k`` not an int in [1,
                 ``max_top_k``]; no ``scope`` on a knowledge base with ``require_scope`` (every call would
-                fail).
+                fail); ``group_by`` not a non-empty string.
         """
         from fastrag.knowledge_base import _TOOL_HIDDEN_KEYS, SearchSettings
 
@@ -193,7 +201,7 @@ class KnowledgeBaseTool:
             raise InvalidParameterError(f"tool name must match {TOOL_NAME_PATTERN}, got {name!r}")
         if description is not None and (not isinstance(description, str) or not description.strip()):
             raise InvalidParameterError(f"description must be a non-empty string, got {description!r}")
-        SearchSettings(search_mode=search_mode)  # validates the mode
+        SearchSettings(search_mode=search_mode, group_by=group_by)  # validates the mode and the key
         scope = dict(scope or {})
         if knowledge_base.require_scope and not scope:
             raise InvalidParameterError(
@@ -213,6 +221,7 @@ class KnowledgeBaseTool:
             raise InvalidParameterError(f"max_top_k={max_top_k} is more than this knowledge base can serve{why}")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k):
             raise InvalidParameterError(f"top_k must be None or an int in [1, max_top_k={max_top_k}], got {top_k!r}")
+        max_offset = servable - 1
         hidden = frozenset(_TOOL_HIDDEN_KEYS | knowledge_base._tenant_keys | set(scope))
         declared = knowledge_base.fields
         offered = None if declared is None else {k: t for k, t in sorted(declared.items()) if k not in hidden}
@@ -220,8 +229,14 @@ class KnowledgeBaseTool:
             description = (
                 "Search the knowledge base for passages relevant to a question. Returns the best passages first, "
                 "each with id, content, title, source_uri, headings (the section's heading path), score (higher "
-                "is more relevant) and rank (0 is best)."
+                "is more relevant) and rank (0 is best). For more results, call again with offset set to the number "
+                "already read."
             )
+            if group_by is not None:
+                description += (
+                    f" Results are one per {group_by}: each also lists, under more, the other matching passages "
+                    "of the same source."
+                )
             if offered is not None:
                 listed = ", ".join(f"{k} ({'string or integer' if t == 'tenant' else t})" for k, t in offered.items())
                 description += f" Filterable metadata fields: {listed}."
@@ -240,6 +255,13 @@ class KnowledgeBaseTool:
                     "minimum": 1,
                     "maximum": max_top_k,
                     "description": "How many passages to return (optional).",
+                },
+                "offset": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "maximum": max_offset,
+                    "description": "How many of the best passages to skip, for the next page: 0 (default) for the "
+                                   "first page, then the number already read (optional).",
                 },
                 "filter": {
                     "anyOf": [{"$ref": "#/$defs/filter"}, {"type": "null"}],
@@ -262,6 +284,8 @@ class KnowledgeBaseTool:
             top_k=top_k,
             max_top_k=max_top_k,
             scope=scope,
+            group_by=group_by,
+            max_offset=max_offset,
             hidden_keys=hidden,
             knowledge_base=knowledge_base,
             _schema=json.dumps(schema),
@@ -284,15 +308,15 @@ class KnowledgeBaseTool:
         """``{"name", "description", "input_schema"}`` (Anthropic Messages ``tools=``)."""
         return {"name": self.name, "description": self.description, "input_schema": self.parameters}
 
-    def check_arguments(self, arguments: Mapping[str, Any] | str | bytes) -> tuple[str, int | None, Any]:
-        """Validate a call's arguments; return ``(query, top_k, filter)`` (``top_k``/``filter`` ``None`` when
-        absent or JSON ``null``).
+    def check_arguments(self, arguments: Mapping[str, Any] | str | bytes) -> tuple[str, int | None, int, Any]:
+        """Validate a call's arguments; return ``(query, top_k, offset, filter)`` (``top_k``/``filter``
+        ``None`` and ``offset`` 0 when absent or JSON ``null``).
 
         Raises:
             InvalidParameterError: not a JSON object (or a str/bytes of one); nested too deeply to parse;
                 ``query`` missing, not a string, blank or too long; ``top_k`` not an integer in ``[1,
-                max_top_k]``.
-            UnknownParameterError: an argument other than ``query``, ``top_k``, ``filter``.
+                max_top_k]``; ``offset`` not an integer in ``[0, max_offset]``.
+            UnknownParameterError: an argument other than ``query``, ``top_k``, ``offset``, ``filter``.
             FilterError: ``filter`` is not an object, is malformed, does not fit the declared fields, or
                 names a key the tool does not offer (see :attr:`hidden_keys`).
         """
@@ -301,7 +325,7 @@ class KnowledgeBaseTool:
         except RecursionError as exc:  # a deeply nested JSON text or mapping
             raise InvalidParameterError("tool arguments nest too deeply to parse") from exc
 
-    def _check_arguments(self, arguments: Any) -> tuple[str, int | None, Any]:
+    def _check_arguments(self, arguments: Any) -> tuple[str, int | None, int, Any]:
         if isinstance(arguments, str | bytes):
             try:
                 arguments = json.loads(arguments)
@@ -326,13 +350,20 @@ class KnowledgeBaseTool:
                 top_k = int(top_k)
             if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= self.max_top_k:
                 raise InvalidParameterError(f"top_k must be an integer in [1, {self.max_top_k}], got {top_k!r}")
+        offset = arguments.get("offset")
+        if offset is None:
+            offset = 0
+        if isinstance(offset, float) and math.isfinite(offset) and offset.is_integer():
+            offset = int(offset)
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= self.max_offset:
+            raise InvalidParameterError(f"offset must be an integer in [0, {self.max_offset}], got {offset!r}")
         filter_ = arguments.get("filter")
         if filter_ is not None:
             if not isinstance(filter_, Mapping):
                 raise FilterError(f"filter must be a JSON object, got {type(filter_).__name__}")
             filter_ = self.knowledge_base._filter(filter_)
             _refuse_keys(filter_, self.hidden_keys)
-        return query, top_k, filter_
+        return query, top_k, offset, filter_
 
     async def __call__(self, arguments: Mapping[str, Any] | str | bytes) -> list[dict[str, Any]]:
         """Run the search the model asked for.
@@ -344,38 +375,56 @@ class KnowledgeBaseTool:
             A JSON-serialisable list, best first, of ``{"id", "content", "title", "source_uri", "headings",
             "score", "rank"}`` (``title``/``source_uri`` ``None`` when unknown; ``headings`` the heading path
             of the chunk's section, outermost first, as a list of str, or ``None``; ``score`` a finite float,
-            higher is better, or ``None``; ``rank`` zero-based).
+            higher is better, or ``None``; ``rank`` zero-based in the whole list, so a call with ``offset``
+            starts at ``offset``). With ``group_by``, each also has ``"more"``: the group's other matching
+            passages, best first, each ``{"id", "content", "headings", "score"}``.
 
         Raises:
             InvalidParameterError, UnknownParameterError, FilterError: bad arguments (see
                 :meth:`check_arguments`); send ``str(error)`` back to the model so it can correct the call.
             BackendError, EmbeddingError, RerankerError: retrieval failed.
         """
-        query, top_k, filter_ = self.check_arguments(arguments)
+        query, top_k, offset, filter_ = self.check_arguments(arguments)
         settings: dict[str, Any] = {}
         if self.search_mode is not None:
             settings["search_mode"] = self.search_mode
         if top_k is not None or self.top_k is not None:
             settings["top_k"] = top_k if top_k is not None else self.top_k
-        docs = await self.knowledge_base.search(query, filter=filter_, scope=dict(self.scope) or None, **settings)
-        return [_result(doc) for doc in docs]
+        if self.group_by is not None:
+            settings["group_by"] = self.group_by
+        docs = await self.knowledge_base.search(
+            query, filter=filter_, scope=dict(self.scope) or None, offset=offset, **settings
+        )
+        grouped = self.group_by is not None
+        return [_result(doc, grouped=grouped) for doc in docs]
 
 
-def _result(doc: Document) -> dict[str, Any]:
-    score = doc.score
-    if score is not None and not math.isfinite(score):
-        score = None
+def _result(doc: Document, *, grouped: bool = False) -> dict[str, Any]:
     title = doc.metadata.get(TITLE)
     uri = doc.metadata.get(SOURCE_URI)
-    headings = doc.metadata.get(HEADINGS)
-    if not isinstance(headings, list | tuple) or not all(isinstance(h, str) for h in headings):
-        headings = None
-    return {
+    result = {
         "id": doc.id,
         "content": doc.content,
         "title": title if isinstance(title, str) else None,
         "source_uri": uri if isinstance(uri, str) else None,
-        "headings": None if headings is None else list(headings),
-        "score": score,
+        "headings": _headings(doc),
+        "score": _finite(doc.score),
         "rank": doc.rank,
     }
+    if grouped:
+        result["more"] = [
+            {"id": c.id, "content": c.content, "headings": _headings(c), "score": _finite(c.score)}
+            for c in doc.group_chunks
+        ]
+    return result
+
+
+def _finite(score: float | None) -> float | None:
+    return score if score is not None and math.isfinite(score) else None
+
+
+def _headings(doc: Document) -> list[str] | None:
+    headings = doc.metadata.get(HEADINGS)
+    if not isinstance(headings, list | tuple) or not all(isinstance(h, str) for h in headings):
+        return None
+    return list(headings)

@@ -755,3 +755,16 @@ def test_importing_fastrag_does_not_import_the_sdk():
             "print(sorted(n for n in ('pymilvus', 'milvus_lite', 'grpc') if n in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.anyio
+async def test_hybrid_pages_join_into_the_top(lite_store):
+    """Pagination (issue 18.1) on Milvus's server-side fusion: page 1 + page 2 == top 2 * size."""
+    embedder = _TableEmbedder({"solar panel": [1, 0, 0, 0]})
+    async with lite_store() as store:
+        await store.upsert(HYBRID_DOCS, embeddings=HYBRID_VECTORS)
+        for fusion in ("rrf", "weighted"):
+            retriever = MilvusHybridRetriever(store, embedder, fusion=fusion)
+            top = await retriever.retrieve("solar panel", k=4)
+            pages = await retriever.retrieve("solar panel", k=2) + await retriever.retrieve("solar panel", k=2, offset=2)
+            assert [d.id for d in pages] == [d.id for d in top] and len(top) == 4

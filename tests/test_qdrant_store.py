@@ -755,3 +755,15 @@ def test_the_docs_page_example_runs():
         assert any(line.startswith("k-NN  0 ") for line in lines), result.stdout
         assert any(line.startswith("BM25  0 a ") for line in lines), result.stdout
         assert any(line.startswith("RRF   0 ") for line in lines), result.stdout
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("fusion", ["rrf", "dbsf"])
+async def test_server_hybrid_pages_join_into_the_top(hybrid_store, fusion):
+    """Pagination (issue 18.1) on Qdrant's server-side fusion: page 1 + page 2 == top 2 * size."""
+    store, embedder = hybrid_store
+    retriever = QdrantHybridRetriever(store=store, embedder=embedder, fusion=fusion, candidate_k=20)
+    top = await retriever.retrieve("machine learning health", k=6)
+    pages = await retriever.retrieve("machine learning health", k=3) + await retriever.retrieve(
+        "machine learning health", k=3, offset=3)
+    assert [d.id for d in pages] == [d.id for d in top] and [d.rank for d in pages] == list(range(6))

@@ -14,6 +14,7 @@ from fastrag.models import Document
 from fastrag.protocols import LanguageDetector, LexicalStore
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval.result import ReturnsResult
 from fastrag.retrieval.thresholds import check_min_score, keep_above
 
@@ -88,19 +89,28 @@ class BM25Retriever(ReturnsResult):
         self.language = language
         self.detector = detector
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
-        """Up to ``k`` documents sharing terms with ``query``, best first, matching both filters."""
+    async def retrieve(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+    ) -> list[Document]:
+        """Up to ``k`` documents sharing terms with ``query``, best first, matching both filters.
+
+        ``offset`` skips that many results: the call returns ranks ``offset .. offset + k - 1`` of the
+        list for ``k = offset + k`` (:mod:`fastrag.retrieval.pagination`).
+        """
         check_query(query, self.limits)
         check_k(k, self.limits)
+        check_offset(offset, k, self.limits)
         node = combine_filters(self.filter, filter)
         language = self.language
         if language is None and self.detector is not None:
             language = await anyio.to_thread.run_sync(self.detector.detect, query)
         if language is None:
-            found = await self.store.search_text(query, k=k, filter=node)
+            found = await self.store.search_text(query, k=offset + k, filter=node)
         else:
-            found = await self.store.search_text(query, k=k, filter=node, language=language)  # type: ignore[call-arg]
-        return found if self.min_score is None else keep_above(found, self.min_score)
+            found = await self.store.search_text(query, k=offset + k, filter=node, language=language)  # type: ignore[call-arg]
+        if self.min_score is not None:
+            found = keep_above(found, self.min_score)
+        return found[offset:] if offset else found
 
 
 def _takes_language(store: Any) -> bool:

@@ -44,6 +44,7 @@ from fastrag.protocols import Retriever
 from fastrag.retrieval._provenance import finite_score
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval.result import ReturnsResult, stage, timed
 
 __all__ = ["GroupScore", "GroupingRetriever", "check_group_by", "group_documents", "group_key"]
@@ -182,8 +183,11 @@ class GroupingRetriever(ReturnsResult):
         self.candidate_k = check_positive_int(candidate_k, "candidate_k")
         self.limits = limits
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
-        """The best ``k`` groups for ``query`` matching ``filter``, best first.
+    async def retrieve(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+    ) -> list[Document]:
+        """The best ``k`` groups for ``query`` matching ``filter``, best first; ``offset`` skips that many
+        groups (:mod:`fastrag.retrieval.pagination`).
 
         Raises:
             InvalidParameterError: ``k`` or the query is invalid (raised before the inner retriever runs).
@@ -192,15 +196,17 @@ class GroupingRetriever(ReturnsResult):
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
+        check_offset(offset, k, self.limits)
         node = combine_filters(filter)
         ceiling = fetch_limit(self.retriever, self.limits)
-        depth = min(max(self.candidate_k, k), ceiling)
+        wanted = offset + k
+        depth = min(max(self.candidate_k, wanted), ceiling)
         while True:
             with timed("candidates"), stage("candidates"):
                 found = await self.retriever.retrieve(query, k=depth, filter=node)
             groups = group_documents(found, by=self.group_by, score=self.score)
-            if len(groups) >= k or len(found) < depth or depth >= ceiling:
-                return groups[:k]
+            if len(groups) >= wanted or len(found) < depth or depth >= ceiling:
+                return groups[offset:wanted]
             depth = min(depth * 2, ceiling)
 
     def __repr__(self) -> str:

@@ -20,6 +20,7 @@ from fastrag.retrieval._validation import check_k, check_positive_int, check_que
 from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import WeightedScoreFusion
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval.result import ReturnsResult, record_branch_failure, stage, timed
 from fastrag.retrieval.thresholds import check_min_relative_score, keep_relative
 from fastrag.retrieval.vector import VectorRetriever
@@ -239,9 +240,13 @@ class HybridRetriever(ReturnsResult):
         return self._on_branch_error
 
     async def retrieve(
-        self, query: str, *, k: int = 10, filter: FilterLike | None = None  # noqa: A002
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
     ) -> list[Document]:
         """Up to ``k`` fused documents for ``query`` matching ``filter``, best first.
+
+        ``offset`` skips that many: the call returns ranks ``offset .. offset + k - 1`` of the fused list for
+        ``offset + k`` (:mod:`fastrag.retrieval.pagination`); pages that end within ``candidate_k`` fuse the
+        same branch lists.
 
         Every branch runs concurrently in one anyio task group with ``k=max(candidate_k, k)`` (at most
         ``limits.max_k``, or the branch's own ``limits.max_k`` when lower) and the same
@@ -266,8 +271,9 @@ class HybridRetriever(ReturnsResult):
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
+        check_offset(offset, k, self.limits)
         node = combine_filters(filter)
-        fetch_k = max(self._candidate_k, k)
+        fetch_k = max(self._candidate_k, offset + k)
         partial = self._on_branch_error == "partial"
         timeout = self._branch_timeout
         found: dict[str, list[Document]] = {}
@@ -320,9 +326,11 @@ class HybridRetriever(ReturnsResult):
         # Rebuild in branch order: fusion weights given as a sequence align with it. A failed branch
         # contributes an empty list, which adds the same (zero) amount to every document.
         with timed("fusion"):
-            fused = self._fusion.fuse({name: found.get(name, []) for name in self._retrievers}, k=k)
+            fused = self._fusion.fuse({name: found.get(name, []) for name in self._retrievers}, k=offset + k)
             if self._min_relative_score is not None:
                 fused = keep_relative(fused, self._min_relative_score)
+            if offset:
+                fused = fused[offset:]
         if store is None or not fused:
             return fused
         with timed("rows"):

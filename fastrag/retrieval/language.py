@@ -29,6 +29,7 @@ from fastrag.models import LANGUAGE, SCORE, SOURCE_URI, Document
 from fastrag.protocols import LanguageDetector, Retriever, SupportsLanguageConfidence
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval._provenance import finite_score, provenance, with_provenance
 from fastrag.retrieval.reranking import FIRST_STAGE
 from fastrag.retrieval.result import ReturnsResult, stage, timed
@@ -291,8 +292,10 @@ class LanguageAwareRetriever(ReturnsResult):
         k: int = 10,
         filter: FilterLike | None = None,  # noqa: A002
         language: str | None = None,
+        offset: int = 0,
     ) -> list[Document]:
-        """Up to ``k`` documents for ``query``, one translation per page, best first (see the class).
+        """Up to ``k`` documents for ``query``, one translation per page, best first (see the class);
+        ``offset`` skips that many (:mod:`fastrag.retrieval.pagination`).
 
         Args:
             query: the question, as for any retriever.
@@ -307,9 +310,10 @@ class LanguageAwareRetriever(ReturnsResult):
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
+        check_offset(offset, k, self.limits)
         _check_language(language)
         node = combine_filters(filter)
-        fetch_k = min(max(self.candidate_k, k), fetch_limit(self.retriever, self.limits))
+        fetch_k = min(max(self.candidate_k, offset + k), fetch_limit(self.retriever, self.limits))
         with timed(FIRST_STAGE), stage(FIRST_STAGE):
             found = await self.retriever.retrieve(query, k=fetch_k, filter=node)
         candidates = _distinct(found)
@@ -327,7 +331,9 @@ class LanguageAwareRetriever(ReturnsResult):
         final = self._one_translation_per_page(candidates, languages, weighted, asked)
         final.sort(key=lambda item: (-item[1], item[0]))
         out = []
-        for rank, (position, score) in enumerate(final[:k]):
+        for rank, (position, score) in enumerate(final[: offset + k]):
+            if rank < offset:
+                continue
             doc = candidates[position]
             # a language set on the document is kept as is
             extra: dict[str, Any] = {}

@@ -13,6 +13,7 @@ from fastrag.models import SOURCE_URI, Document
 from fastrag.protocols import Retriever
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.pagination import check_offset, retrieve_page
 from fastrag.retrieval.result import ReturnsResult
 
 __all__ = ["PathFilterRetriever"]
@@ -98,8 +99,11 @@ class PathFilterRetriever(ReturnsResult):
             return False
         return self.path_filter is None or self.path_filter.search(source_uri) is not None
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
-        """Up to ``k`` documents passing the path rules, best first.
+    async def retrieve(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+    ) -> list[Document]:
+        """Up to ``k`` documents passing the path rules, best first; ``offset`` skips that many
+        (:mod:`fastrag.retrieval.pagination`).
 
         Raises:
             InvalidParameterError: ``k`` or the query is invalid (see ``limits``); raised before the inner
@@ -108,9 +112,11 @@ class PathFilterRetriever(ReturnsResult):
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
+        check_offset(offset, k, self.limits)
         if not self.active:
-            return await self.retriever.retrieve(query, k=k, filter=filter)
-        fetch = min(max(self.fetch_k, k * 10), fetch_limit(self.retriever, self.limits))
+            return await retrieve_page(self.retriever, query, k=k, offset=offset, filter=filter)
+        wanted = offset + k
+        fetch = min(max(self.fetch_k, wanted * 10), fetch_limit(self.retriever, self.limits))
         candidates = await self.retriever.retrieve(query, k=fetch, filter=filter)
-        kept = [d for d in candidates if self.accepts(d.metadata.get(SOURCE_URI))][:k]
-        return [d.ranked(score=d.score, rank=r) for r, d in enumerate(kept)]
+        kept = [d for d in candidates if self.accepts(d.metadata.get(SOURCE_URI))][:wanted]
+        return [d.ranked(score=d.score, rank=r) for r, d in enumerate(kept)][offset:]

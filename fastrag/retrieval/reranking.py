@@ -10,6 +10,7 @@ from fastrag.protocols import Embedder, Reranker, Retriever, VectorStore
 from fastrag.retrieval._provenance import finite_score, provenance, with_provenance
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval.result import ReturnsResult, stage, timed
 from fastrag.retrieval.thresholds import check_min_score, keep_above
 from fastrag.retrieval.vector import VectorRetriever
@@ -98,8 +99,12 @@ class RerankingRetriever(ReturnsResult):
         self.candidate_k = candidate_k
         self.limits = limits
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
-        """The ``k`` best of the first stage's ``max(candidate_k, k)`` candidates by the reranker, best first.
+    async def retrieve(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+    ) -> list[Document]:
+        """The ``k`` best of the first stage's ``max(candidate_k, offset + k)`` candidates by the reranker, best
+        first; ``offset`` skips that many (:mod:`fastrag.retrieval.pagination`: pages that end within
+        ``candidate_k`` rerank the same candidates, so they are consistent).
 
         Returns:
             Copies stamped as described on the class; ``[]`` when the first stage found nothing (the
@@ -114,8 +119,10 @@ class RerankingRetriever(ReturnsResult):
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
+        check_offset(offset, k, self.limits)
         node = combine_filters(filter)
-        fetch_k = min(max(self.candidate_k, k), fetch_limit(self.retriever, self.limits))
+        wanted = offset + k
+        fetch_k = min(max(self.candidate_k, wanted), fetch_limit(self.retriever, self.limits))
         with timed(FIRST_STAGE), stage(FIRST_STAGE):
             found = await self.retriever.retrieve(query, k=fetch_k, filter=node)
         candidates: dict[str, tuple[int, Document]] = {}
@@ -125,10 +132,10 @@ class RerankingRetriever(ReturnsResult):
         if not candidates:
             return []
         with timed("rerank"):
-            reranked = await self.reranker.rerank(query, [doc for _, doc in candidates.values()], k=k)
+            reranked = await self.reranker.rerank(query, [doc for _, doc in candidates.values()], k=wanted)
         out: list[Document] = []
         seen: set[str] = set()
-        for rank, doc in enumerate(reranked[:k]):
+        for rank, doc in enumerate(reranked[:wanted]):
             if doc.id not in candidates:
                 raise RerankerError(f"{self.reranker!r} returned document {doc.id!r}, which was not a candidate")
             if doc.id in seen:
@@ -138,7 +145,9 @@ class RerankingRetriever(ReturnsResult):
             score = finite_score(doc.metadata.get(SCORE))
             branches = {FIRST_STAGE: provenance(original, position), RERANKER: {"score": score, "rank": rank}}
             out.append(with_provenance(doc, score=score, rank=rank, branches=branches))
-        return out if self.min_score is None else keep_above(out, self.min_score)
+        if self.min_score is not None:
+            out = keep_above(out, self.min_score)
+        return out[offset:] if offset else out
 
     def __repr__(self) -> str:
         return (

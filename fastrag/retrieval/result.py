@@ -196,9 +196,12 @@ def record_branch_failure(name: str, error: Exception, *, absorbed: bool) -> Non
 
 
 async def retrieve_result(
-    retriever: Retriever, query: str, *, k: int = 10, filter: FilterLike | None = None  # noqa: A002
+    retriever: Retriever, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
 ) -> RetrievalResult:
     """Run ``retriever.retrieve(query, k=k, filter=filter)`` and report the outcome instead of raising.
+
+    With ``offset``, the page of results ``offset .. offset + k - 1``
+    (:func:`~fastrag.retrieval.pagination.retrieve_page`: passed to a retriever that takes it, else sliced).
 
     Mistakes in the call (an invalid ``k`` or query, a malformed filter) are raised, not reported: they are
     not failures of retrieval. Cancellation propagates as always.
@@ -226,7 +229,12 @@ async def retrieve_result(
     error: Exception | None = None
     documents: list[Document] = []
     try:
-        documents = await retriever.retrieve(query, k=k, filter=filter)
+        if type(offset) is int and offset == 0:
+            documents = await retriever.retrieve(query, k=k, filter=filter)
+        else:
+            from fastrag.retrieval.pagination import retrieve_page
+
+            documents = await retrieve_page(retriever, query, k=k, offset=offset, filter=filter)
     except (InvalidParameterError, FilterError):
         raise
     except Exception as exc:  # noqa: BLE001 - reporting every failure is this function's job
@@ -252,10 +260,10 @@ class ReturnsResult:
     """Mixin: a ``retrieve_result`` method that calls :func:`retrieve_result` on ``self``."""
 
     async def retrieve_result(
-        self, query: str, *, k: int = 10, filter: FilterLike | None = None  # noqa: A002
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
     ) -> RetrievalResult:
         """Like ``retrieve``, but failures are reported in the result; see :func:`retrieve_result`."""
-        return await retrieve_result(self, query, k=k, filter=filter)  # type: ignore[arg-type]
+        return await retrieve_result(self, query, k=k, filter=filter, offset=offset)  # type: ignore[arg-type]
 
 
 def _describe(retriever: Any) -> str:

@@ -11,6 +11,7 @@ from fastrag.models import RESERVED_KEYS, Document
 from fastrag.protocols import Retriever
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.pagination import check_offset, retrieve_page
 from fastrag.retrieval.result import ReturnsResult
 from fastrag.scoping import check_scope_value
 
@@ -86,12 +87,16 @@ class TenantScopedRetriever(ReturnsResult):
         """The filter AND-ed into every call: ``equals(tenant_key, tenant)``."""
         return self._scope
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
-        """Up to ``k`` of the tenant's documents for ``query`` matching ``filter``, best first."""
+    async def retrieve(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+    ) -> list[Document]:
+        """Up to ``k`` of the tenant's documents for ``query`` matching ``filter``, best first; ``offset``
+        skips that many (:mod:`fastrag.retrieval.pagination`)."""
         check_query(query, self.limits)
         check_k(k, self.limits)
+        check_offset(offset, k, self.limits)
         node = combine_filters(self._scope, filter)
-        found = await self.retriever.retrieve(query, k=k, filter=node)
+        found = await retrieve_page(self.retriever, query, k=k, offset=offset, filter=node)
         kept = [doc for doc in found if matches(self._scope, doc.metadata)]
         if len(kept) == len(found):
             return found
@@ -99,7 +104,7 @@ class TenantScopedRetriever(ReturnsResult):
             "tenant isolation: %r returned %d document(s) outside tenant %s=%r; they were removed",
             self.retriever, len(found) - len(kept), self.tenant_key, self.tenant,
         )  # fmt: skip
-        return [doc.ranked(score=doc.score, rank=rank) for rank, doc in enumerate(kept)]
+        return [doc.ranked(score=doc.score, rank=offset + rank) for rank, doc in enumerate(kept)]
 
     def __repr__(self) -> str:
         return f"TenantScopedRetriever({self.retriever!r}, tenant={self.tenant!r}, tenant_key={self.tenant_key!r})"

@@ -12,6 +12,7 @@ from fastrag.models import Document
 from fastrag.protocols import Embedder, VectorStore
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval.result import ReturnsResult, record_zero_vector, timed
 from fastrag.retrieval.thresholds import check_min_score, keep_above
 
@@ -66,16 +67,22 @@ class VectorRetriever(ReturnsResult):
         self.filter = combine_filters(filter)
         self.limits = limits
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
+    async def retrieve(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+    ) -> list[Document]:
         """Up to ``k`` documents nearest to ``query``, best first, matching both filters.
 
         A question that embeds to the zero vector (none of its words is in the model's vocabulary) has
         no dense neighbours: the result is empty, and in a hybrid the other branches decide. It is never
         silent: a WARNING on logger ``fastrag.retrieval``, and
         ``RetrievalResult.zero_vector_branches`` (:mod:`fastrag.retrieval.result`) names the branch.
+
+        ``offset`` skips that many results: the call returns ranks ``offset .. offset + k - 1`` of the
+        list for ``k = offset + k`` (:mod:`fastrag.retrieval.pagination`).
         """
         check_query(query, self.limits)
         check_k(k, self.limits)
+        check_offset(offset, k, self.limits)
         node = combine_filters(self.filter, filter)
         with timed("embed"):
             embedding = self._checked(await self.embedder.embed_query(query))
@@ -89,8 +96,10 @@ class VectorRetriever(ReturnsResult):
             )
             return []
         with timed("search"):
-            found = await self.vector_store.search_vector(embedding, k=k, filter=node)
-        return found if self.min_score is None else keep_above(found, self.min_score)
+            found = await self.vector_store.search_vector(embedding, k=offset + k, filter=node)
+        if self.min_score is not None:
+            found = keep_above(found, self.min_score)
+        return found[offset:] if offset else found
 
     def _checked(self, embedding: np.ndarray) -> np.ndarray:
         """The embedder's vector, if it is ``(dim,)`` and finite: garbage never reaches the store."""

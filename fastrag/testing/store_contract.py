@@ -352,6 +352,38 @@ class StoreContract:
                 assert all(d.score <= 2 / 61 + 1e-12 for d in fused)
                 assert sum(1 + len(d.group_chunks) for d in fused) == 6
 
+    @pytest.mark.anyio
+    async def test_pages_never_repeat_or_skip_and_join_into_the_top(self, store_factory) -> None:  # noqa: ANN001
+        """Pagination (issue 18.1): page 1 + page 2 == top 2 * size, also when every score ties."""
+        from fastrag.retrieval import BM25Retriever, GroupingRetriever, HybridRetriever, VectorRetriever
+        from fastrag.retrieval.fusion import ReciprocalRankFusion
+
+        # 24 chunks with the same text and the same vector: every score ties, only the id orders them
+        docs = [Document(id=f"d{i:02}", content="boilerplate footer text", metadata={"parent_id": f"p{i // 2}"})
+                for i in range(24)]
+        vectors = np.tile(np.array([[1, 0, 0, 0]], dtype=np.float32), (24, 1))
+        size = 4  # 3 pages of 4: 12 chunks of 24, or all 12 groups
+        async with store_factory() as store:
+            await store.upsert(docs, embeddings=vectors)
+            retrievers: list[Any] = []
+            if self.supports_vectors:
+                retrievers.append(VectorRetriever(vector_store=store, embedder=FixedQueryEmbedder(KNN_QUERY)))
+            if self.supports_text:
+                retrievers.append(BM25Retriever(store=store))
+            if self.supports_vectors and self.supports_text:
+                retrievers.append(HybridRetriever(retrievers[:2], fusion=ReciprocalRankFusion(), candidate_k=20))
+            for retriever in list(retrievers):
+                retrievers.append(GroupingRetriever(retriever, group_by="parent_id"))
+            for retriever in retrievers:
+                top = await retriever.retrieve("boilerplate", k=3 * size)
+                pages = [await retriever.retrieve("boilerplate", k=size, offset=n * size) for n in range(3)]
+                joined = [d.id for page in pages for d in page]
+                assert joined == [d.id for d in top], retriever
+                assert len(set(joined)) == len(joined) == 3 * size, retriever
+                assert [d.rank for page in pages for d in page] == list(range(3 * size)), retriever
+                result = await retriever.retrieve_result("boilerplate", k=size, offset=size)
+                assert [d.id for d in result.documents] == [d.id for d in pages[1]], retriever
+
 
 class FixedQueryEmbedder:
     """An embedder whose every query embeds to one fixed vector (for retrieval over a store's own vectors)."""

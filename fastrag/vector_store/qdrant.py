@@ -1110,8 +1110,11 @@ class QdrantHybridRetriever:
             f"weights={self.weights!r}, candidate_k={self.candidate_k})"
         )
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: FilterLike | Any | None = None) -> list[Document]:
-        """Up to ``k`` fused documents for ``query`` matching both filters, best first.
+    async def retrieve(
+        self, query: str, *, k: int = 10, filter: FilterLike | Any | None = None, offset: int = 0  # noqa: A002
+    ) -> list[Document]:
+        """Up to ``k`` fused documents for ``query`` matching both filters, best first; ``offset`` skips that
+        many (:mod:`fastrag.retrieval.pagination`).
 
         Returns:
             Copies stamped with the fused ``score`` (RRF: in ``(0, 2 / (rank_constant + 1)]``; DBSF: a sum
@@ -1129,6 +1132,10 @@ class QdrantHybridRetriever:
         if not isinstance(query, str) or not query.strip():
             raise InvalidParameterError("query must be a non-blank string")
         check_k(k)
+        from fastrag.retrieval.pagination import check_offset
+
+        check_offset(offset, k)
+        page_end = offset + k
         store, m = self.store, self.store._models
         qfilter = _and(m, store._filter(self.filter), store._filter(filter))
         exists = await store._ready()
@@ -1140,7 +1147,7 @@ class QdrantHybridRetriever:
         text_query = store._text_query(query)
         if not exists:
             return []
-        fetch_k = max(self.candidate_k, k)
+        fetch_k = max(self.candidate_k, page_end)
         weights = self.weights or {"vector": 1.0, "bm25": 1.0}
         legs: list[tuple[str, Any, str]] = []
         if store._has_dense and np.any(embedding) and weights["vector"] > 0:
@@ -1175,7 +1182,9 @@ class QdrantHybridRetriever:
                             sd[1].id),
         )
         out = []
-        for rank, (score, doc) in enumerate(ordered[:k]):
+        for rank, (score, doc) in enumerate(ordered[:page_end]):
+            if rank < offset:
+                continue
             metadata = {key: v for key, v in doc.metadata.items() if key not in (SCORE, RANK, BRANCHES)}
             metadata[SCORE] = score
             metadata[RANK] = rank

@@ -246,9 +246,10 @@ class MilvusHybridRetriever:
         self.provenance = provenance
 
     async def retrieve(
-        self, query: str, *, k: int = 10, filter: FilterLike | MilvusExpr | None = None  # noqa: A002
+        self, query: str, *, k: int = 10, filter: FilterLike | MilvusExpr | None = None, offset: int = 0  # noqa: A002
     ) -> list[Document]:
-        """Up to ``k`` fused documents for ``query`` matching both filters, best first.
+        """Up to ``k`` fused documents for ``query`` matching both filters, best first; ``offset`` skips that
+        many (:mod:`fastrag.retrieval.pagination`).
 
         Raises:
             InvalidParameterError: ``k`` is not a positive int or ``query`` is blank (before any search).
@@ -257,14 +258,18 @@ class MilvusHybridRetriever:
         """
         from fastrag.retrieval._validation import check_positive_int, check_query
 
+        from fastrag.retrieval.pagination import check_offset
+
         check_query(query)
         check_positive_int(k, "k")
+        check_offset(offset, k)
         combined = self._combined(filter)
         embedding = await self.embedder.embed_query(query)
-        return await self.store.search_hybrid(
-            query, embedding, k=k, filter=combined, fusion=self.fusion, rank_constant=self.rank_constant,
+        found = await self.store.search_hybrid(
+            query, embedding, k=offset + k, filter=combined, fusion=self.fusion, rank_constant=self.rank_constant,
             weights=self.weights, candidate_k=self.candidate_k, provenance=self.provenance,
         )
+        return found[offset:] if offset else found
 
     def _combined(self, filter: FilterLike | MilvusExpr | None) -> Filter | MilvusExpr | None:  # noqa: A002
         """Both filters as one: an AST when both are fastrag filters, else one Milvus expression (exact: both

@@ -1,0 +1,83 @@
+"""Pages of results: ``retrieve(query, k=size, offset=n * size)``.
+
+Every built-in retriever takes ``offset`` (the number of results to skip, default 0): the call returns
+results ``offset .. offset + k - 1`` of the ranked list the retriever would give for
+``k = offset + k``, with their ranks in that full list (page 2 of size 10 holds ranks 10 to 19).
+So pages are consistent exactly when a retriever's top ``k`` is a prefix of its top ``k + n``: then
+consecutive pages never repeat or skip a document, and page 1 + page 2 equals the top ``2 * size``. Every
+store breaks score ties by id, so that holds for k-NN and BM25 on every store; for the compositions:
+
+* :class:`~fastrag.retrieval.hybrid.HybridRetriever` and
+  :class:`~fastrag.retrieval.reranking.RerankingRetriever` read ``candidate_k`` candidates per branch
+  (per first stage); pages that end within ``candidate_k`` are read from the same candidates, so they are
+  consistent; a page past it reads deeper lists, whose fusion (or reranking) may order the top
+  differently. Raise ``candidate_k`` to the deepest page you serve.
+* :class:`~fastrag.retrieval.grouping.GroupingRetriever` with ``score="max"`` pages groups consistently;
+  with ``"sum"`` only within ``candidate_k`` (deeper reading adds to the sums).
+
+``offset + k`` may not exceed the retriever's ``limits.max_k`` (10,000 by default): deep paging past it is
+refused, not silently truncated. There is no cursor: a store that changes between two calls may shift
+documents across the page boundary, as in every engine that pages by offset.
+
+:func:`retrieve_page` pages any retriever, including one whose ``retrieve`` takes no ``offset`` (it asks
+that one for ``offset + k`` and slices).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from fastrag.errors import InvalidParameterError
+from fastrag.filters import FilterLike
+from fastrag.models import Document
+from fastrag.protocols import Retriever
+from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
+
+__all__ = ["check_offset", "retrieve_page", "takes_offset"]
+
+
+def check_offset(offset: Any, k: int, limits: RetrievalLimits = DEFAULT_LIMITS) -> int:
+    """``offset`` if it is an int >= 0 with ``offset + k <= limits.max_k``.
+
+    Raises:
+        InvalidParameterError: otherwise (the message names the limit).
+    """
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidParameterError(f"offset must be an int >= 0, got {offset!r}")
+    if offset + k > limits.max_k:
+        raise InvalidParameterError(
+            f"offset + k = {offset + k} is more than max_k={limits.max_k}: pages end at the {limits.max_k}th result"
+        )
+    return offset
+
+
+def takes_offset(retriever: Any) -> bool:
+    """Whether ``retriever.retrieve`` accepts ``offset=`` (by name)."""
+    try:
+        return "offset" in inspect.signature(retriever.retrieve).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+async def retrieve_page(
+    retriever: Retriever, query: str, *, k: int = 10, offset: int = 0, filter: FilterLike | None = None  # noqa: A002
+) -> list[Document]:
+    """Results ``offset .. offset + k - 1`` of ``retriever`` for ``query`` (see the module).
+
+    A retriever that takes ``offset`` is passed it; any other is asked for ``offset + k`` and the list is
+    sliced.
+
+    Raises:
+        InvalidParameterError: ``offset`` is not an int >= 0; otherwise whatever ``retrieve`` raises.
+    """
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidParameterError(f"offset must be an int >= 0, got {offset!r}")
+    if offset == 0:
+        return await retriever.retrieve(query, k=k, filter=filter)
+    if takes_offset(retriever):
+        return await retriever.retrieve(query, k=k, offset=offset, filter=filter)  # type: ignore[call-arg]
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise InvalidParameterError(f"k must be a positive int, got {k!r}")
+    found = await retriever.retrieve(query, k=offset + k, filter=filter)
+    return list(found[offset : offset + k])
