@@ -83,8 +83,11 @@ BACKENDS = {
     "qdrant-local": ("qdrant+path:///qdrant?collection=examples&bm25=true", "", "qdrant_client", {"vector"}),
     "chroma-embedded+sqlite-bm25": ("chroma+path:///chroma?collection=examples", "sqlite:///bm25.db", "chromadb",
                                     {"bm25", "vector", "hybrid", "hybrid, filter title == Filters"}),
-    # Milvus Lite analyses text itself (no stemming), so only its exact dense k-NN matches SQLite's
+    # Milvus (2.5, milvus-lite 2.5.1's native build; on a file here) analyses text itself (no stemming), so
+    # only its exact dense k-NN matches SQLite's
     "milvus-lite": ("milvus-lite:///milvus.db?collection=examples", "", "pymilvus", {"vector"}),
+    # the same engine (Milvus 2.5) as a server over TCP: the session's milvus_server fixture
+    "milvus-server": ("milvus://{milvus}/examples", "", "pymilvus", {"vector"}),
     # OpenSearch runs here only as the osmem emulator, which has BM25 but no k-NN: it serves the lexical
     # branch next to SQLite's vectors; its English analyzer is not fastrag's, so BM25 scores differ
     "sqlite+opensearch-bm25": ("sqlite:///vectors.db", "opensearch://{opensearch}/examples", "opensearchpy",
@@ -103,6 +106,8 @@ def test_examples_run_unchanged_on_other_backends_with_the_same_results(
     """Selected by configuration only; on these small exact indexes the answers equal the SQLite default's."""
     store, lexical, module, equal_sections = BACKENDS[backend]
     pytest.importorskip(module, reason=f"the {backend} extra is not installed")
+    if "{milvus}" in store:
+        store = store.replace("{milvus}", request.getfixturevalue("milvus_server").split("://", 1)[1])
     if "{opensearch}" in store + lexical:
         host = request.getfixturevalue("opensearch_emulator").split("://", 1)[1].rstrip("/")
         store, lexical = store.replace("{opensearch}", host), lexical.replace("{opensearch}", host)
