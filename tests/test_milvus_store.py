@@ -408,11 +408,25 @@ async def test_validation_happens_before_any_call(lite_store):
             await store.upsert([Document(id="a", content="x", metadata={"o": object()})])
         with pytest.raises(InvalidParameterError, match="65535"):
             await store.upsert([Document(id="a", content="x" * 70000)], embeddings=np.ones((1, 2), np.float32))
-        # issue 13.10: an integer beyond int64 (what Milvus's JSON holds) is a typed input error, nested too
-        for big in (2**63, -(2**63) - 1, [1, {"deep": 2**70}]):
-            with pytest.raises(InvalidParameterError, match="int64"):
-                await store.upsert([Document(id="a", content="x", metadata={"n": big})])
         assert store._client is None  # none of these opened a connection
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_integer_beyond_int64_is_a_typed_input_error_before_any_call(lite_store):
+    """Issue 13.10: Milvus's JSON holds int64; a bigger integer, at any depth, is the caller's mistake
+    (InvalidParameterError naming the document), not a BackendError from the server; nothing is written."""
+    store = lite_store()
+    try:
+        for big in (2**63, -(2**63) - 1, 2**64, [1, {"deep": 2**70}]):
+            with pytest.raises(InvalidParameterError, match=r"'a'.*int64"):
+                await store.upsert([Document(id="a", content="x", metadata={"n": big})],
+                                   embeddings=np.ones((1, 2), np.float32))
+        assert store._client is None  # refused before connecting
+        await store.upsert([Document(id="a", content="x", metadata={"n": 2**63 - 1, "m": -(2**63)})],
+                           embeddings=np.ones((1, 2), np.float32))
+        assert (await store.get(ids=["a"]))[0].metadata == {"n": 2**63 - 1, "m": -(2**63)}
     finally:
         await store.aclose()
 

@@ -61,8 +61,8 @@ def string_literal(value: str) -> str:
     """``value`` as a double-quoted Milvus string literal that the expression parser reads back exactly.
 
     Backslash and double quote are escaped (``\\\\``, ``\\"``); every other character, quotes ``'``, tabs and
-    all of Unicode included, is written as is. Milvus 2.5 reads no other escape (``\\n``, ``\\t`` and
-    ``\\uXXXX`` stay two or six characters) and refuses a raw line break, so a string with a newline or a
+    all of Unicode included, is written as is. Milvus 2.5 does not read ``\\n``, ``\\t`` or ``\\uXXXX`` as
+    the characters they name, and refuses a raw line break, so a string with a newline or a
     carriage return has no literal: the stored values and ids that filters compare are encoded without them
     (:func:`encode_text`, ``encode_id``).
 
