@@ -266,3 +266,19 @@ def test_cli_search_on_an_indexed_pdf_prints_file_and_page(tmp_path: Path, monke
     found = runner.invoke(main, ["search", "zeppelin brackets", "--mode", "keyword"], env=env, catch_exceptions=False)
     assert found.exit_code == 0, found.stderr
     assert "guide.pdf p. 3" in found.stdout.splitlines()[0]
+
+
+@pytest.mark.anyio
+async def test_a_parser_process_that_dies_is_reported_and_the_next_file_still_parses() -> None:
+    from fastrag.ingestion.parsers import FileKind
+    from fastrag.ingestion.worker import ParserProcess
+
+    async with ParserProcess(timeout=60) as parser:
+        [doc], _ = await parser.parse(make_pdf(), source_uri="a.pdf", kind=FileKind.PDF, max_unpacked_bytes=None)
+        assert len(doc.sections) == 3
+        parser._process.kill()  # noqa: SLF001 - the child dies between two files (OOM killer, a native crash)
+        await parser._process.wait()  # noqa: SLF001
+        with pytest.raises(IngestionError, match=r"b\.pdf: the parser process died"):
+            await parser.parse(make_pdf(), source_uri="b.pdf", kind=FileKind.PDF, max_unpacked_bytes=None)
+        [doc], _ = await parser.parse(make_pdf(), source_uri="c.pdf", kind=FileKind.PDF, max_unpacked_bytes=None)
+        assert doc.source_uri == "c.pdf"

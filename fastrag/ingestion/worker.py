@@ -104,7 +104,10 @@ class ParserProcess:
             ) from exc
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError) as exc:
             await self._kill()
-            raise IngestionError(f"{source_uri}: the parser process died (out of memory?); skipped") from exc
+            raise IngestionError(
+                f"{source_uri}: the parser process died or could not start (out of memory, a crash in a native "
+                f"library, or fastrag not importable by {sys.executable}); skipped"
+            ) from exc
         except BaseException:
             await self._kill()  # cancelled mid-message: the pipe is out of step, start afresh next time
             raise
