@@ -604,3 +604,12 @@ def test_bm25_retriever_refuses_language_for_a_store_without_it() -> None:
     with pytest.raises(InvalidParameterError):
         BM25Retriever(store=InMemoryStore(), language="not a code")
     BM25Retriever(store=InMemoryStore())  # without either: any LexicalStore
+
+
+async def test_pages_of_a_language_aware_retriever_join_into_the_top() -> None:
+    """Pagination (issue 18.1): page 1 + page 2 == the top 2 * size, ranks kept."""
+    inner = Fixed([(f"d{i}", 10.0 - i, page(f"/en/docs/{i}", "en")) for i in range(8)])
+    retriever = LanguageAwareRetriever(retriever=inner, detector=WordDetector())
+    top = await retriever.retrieve("how is it?", k=6)
+    pages = await retriever.retrieve("how is it?", k=3) + await retriever.retrieve("how is it?", k=3, offset=3)
+    assert [d.id for d in pages] == [d.id for d in top] and [d.rank for d in pages] == list(range(6))
