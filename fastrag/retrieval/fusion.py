@@ -234,7 +234,7 @@ def _group_members(
 
 def _distinct(docs: Sequence[Document], key_of: Callable[[Document], str] | None = None) -> list[Document]:
     docs = list(docs)  # read once, whatever iterable a caller passed
-    ids = [doc.id if key_of is None else key_of(doc) for doc in docs]
+    ids = [doc.id for doc in docs] if key_of is None else [key_of(doc) for doc in docs]
     if len(set(ids)) == len(ids):  # the usual case: a store never returns an id twice
         return docs
     seen: set[str] = set()
