@@ -5,10 +5,12 @@ variable                       meaning                                    defaul
 =============================  =========================================  ======================================
 ``FASTRAG_STORE``              store URL                                  ``sqlite:///.fastrag/examples.db``
 ``FASTRAG_LEXICAL_STORE``      a second store for BM25 (for Chroma)       none: BM25 on ``FASTRAG_STORE``
-``FASTRAG_COLLECTION``         collection / index name (remote stores)    ``fastrag_examples``
 ``FASTRAG_EMBEDDING_MODEL``    Model2Vec model folder or name             the static model shipped in fastrag
 ``FASTRAG_QUESTION``           the question ``10_retrieving.py`` asks     a question about hybrid search
 =============================  =========================================  ======================================
+
+A remote store's collection or index is part of its URL (``qdrant://localhost:6333/docs``,
+``milvus-lite:///m.db?collection=docs``; see ``docs/stores.md``), so there is no separate variable for it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ class ExampleConfig:
 
     store: str
     lexical_store: str | None
-    collection: str
     embedding_model: str | None
     question: str
     docs_dir: Path
@@ -44,7 +45,6 @@ def config_from_env() -> ExampleConfig:
     return ExampleConfig(
         store=os.environ.get("FASTRAG_STORE", "sqlite:///.fastrag/examples.db"),
         lexical_store=os.environ.get("FASTRAG_LEXICAL_STORE") or None,
-        collection=os.environ.get("FASTRAG_COLLECTION", "fastrag_examples"),
         embedding_model=os.environ.get("FASTRAG_EMBEDDING_MODEL") or None,
         question=os.environ.get("FASTRAG_QUESTION", "How does hybrid search combine BM25 and vector results?"),
         docs_dir=ROOT / "docs",

@@ -339,8 +339,9 @@ def open_embedder(  # noqa: ANN201
 
     Raises:
         ConfigurationError: an unknown kind; ``model`` names another kind than ``kind``; an option the kind
-            does not take; the kind's extra is not installed; a model that is not on disk
-            (``sentence-transformers``); no API key (``cohere``).
+            does not take; the kind's extra is not installed (the shipped Model2Vec model needs none; a hub
+            id needs the ``model2vec`` extra); a model that is not on disk (``sentence-transformers``); no
+            API key (``cohere``).
     """
     settings = settings or Settings()
     env = os.environ if env is None else env

@@ -155,6 +155,71 @@ def test_a_file_that_is_not_utf8_fails_the_run_but_the_others_are_indexed(
     assert uris(search_json("albatross", "--mode", "keyword")) == ["mixed/good.md"]
 
 
+def test_index_names_each_skipped_file_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 16.7: `fastrag index data.csv` used to say "1 skipped" and nothing else
+    write_files(tmp_path, {"data.csv": "a,b\n1,2\n", "mixed/empty.md": "", "mixed/ok.md": "# OK\n\nfine text\n"})
+    monkeypatch.chdir(tmp_path)
+    result = cli("index", "data.csv", "mixed")
+    assert result.exit_code == 0, result.stderr
+    assert "indexed 1 files (1 chunks), 0 unchanged, 2 skipped" in result.stdout  # the empty file is not "unchanged"
+    assert "skipped data.csv: unsupported file type '.csv'" in result.stdout
+    assert "skipped mixed/empty.md: no text to index (empty)" in result.stdout
+
+
+def test_index_lists_the_first_skipped_files_and_verbose_lists_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_files(tmp_path, {f"many/f{i:02d}.png": b"png" for i in range(25)})
+    monkeypatch.chdir(tmp_path)
+    short = cli("index", "many")
+    assert short.stdout.count("skipped many/") == 20 and "... and 5 more skipped (--verbose names them all)" in short.stdout
+    full = cli("index", "many", "--verbose")
+    assert full.stdout.count("skipped many/") == 25 and "more skipped" not in full.stdout
+
+
+def test_index_hints_that_deleted_files_stay_searchable_until_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_files(tmp_path, FILES)
+    monkeypatch.chdir(tmp_path)
+    assert cli("index", "notes").exit_code == 0
+    (tmp_path / "notes/volcano.html").unlink()
+    result = cli("index", "notes")
+    assert "note: 1 indexed files under these paths are gone from disk" in result.stdout
+    assert "fastrag index notes --prune" in result.stdout
+    assert uris(search_json("lava", "--mode", "keyword")) == ["notes/volcano.html"]  # as the hint says
+    assert "note:" not in cli("index", "notes", "--prune").stdout
+
+
+def test_max_file_size_skips_larger_files_and_refuses_a_bad_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_files(tmp_path, {"d/big.txt": "word " * 1000, "d/small.txt": "word"})
+    monkeypatch.chdir(tmp_path)
+    result = cli("index", "d", "--max-file-size", "1KB")
+    assert result.exit_code == 0 and "indexed 1 files" in result.stdout
+    assert "skipped d/big.txt: larger than the size limit (5,000 bytes > 1,000 bytes" in result.stdout
+    assert cli("index", "d", "--max-file-size", "lots").exit_code == 2
+
+
+@pytest.mark.timeout(120)
+def test_real_process_index_of_hostile_paths_indexes_every_regular_file(tmp_path: Path) -> None:
+    # issue 13.9's acceptance: a FIFO, device symlinks, a symlink loop and a non-UTF-8 name
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"good{i}.md").write_text(f"# Good {i}\n\nField report number {i}.\n", encoding="utf-8")
+    os.mkfifo(folder / "p.md")
+    os.symlink("/dev/zero", folder / "zero.md")
+    os.symlink("/dev/urandom", folder / "random.txt")
+    os.symlink("loop.md", folder / "loop.md")
+    with open(os.fsencode(folder) + b"/caf\xe9.md", "wb") as handle:
+        handle.write(b"# Cafe\n\nField report from a Latin-1 file name.\n")
+    result = run_process("index", "hostile", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "indexed 4 files (4 chunks), 0 unchanged, 4 skipped, 0 failed" in result.stdout
+    assert "skipped hostile/p.md: a FIFO (named pipe), not a regular file" in result.stdout
+    assert "skipped hostile/zero.md: a symlink to /dev/zero, a character device, not a regular file" in result.stdout
+    assert "skipped hostile/random.txt: a symlink to /dev/urandom, a character device" in result.stdout
+    assert "skipped hostile/loop.md: symlink loop" in result.stdout
+    found = run_process("search", "Latin-1 file name", "--mode", "keyword", "--json", cwd=tmp_path)
+    assert json.loads(found.stdout)["documents"][0]["metadata"]["source_uri"] == "hostile/caf\\xe9.md"
+
+
 def test_index_into_a_corrupt_store_exits_3_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_files(tmp_path, FILES)
     (tmp_path / "broken.db").write_bytes(b"this is not a SQLite database " * 200)
@@ -670,3 +735,61 @@ def test_ask_warns_about_citations_that_name_no_source(in_index: Path, llm_serve
     assert result.exit_code == 0
     assert "[9]" in result.stderr and "name no source" in result.stderr
     assert "[1]" not in result.stderr
+
+
+def test_eval_refuses_qrels_judging_documents_missing_from_the_corpus(
+    beir_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 16.9: qrels of another corpus scored nDCG 0.04 and exited 0 with no word
+    lines = ["query-id\tcorpus-id\tscore", "q1\td1\t1", "q2\tgone-1\t1", "q3\tgone-2\t1", "q3\td3\t0"]
+    (beir_dir / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    refused = cli("eval", str(beir_dir), "--mode", "keyword", "--json")
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert "2 of 3 documents judged relevant in qrels/test.tsv are not in corpus.jsonl" in refused.stderr
+    assert "'gone-1', 'gone-2'" in refused.stderr and "--allow-missing" in refused.stderr
+    allowed = cli("eval", str(beir_dir), "--mode", "keyword", "--json", "--allow-missing")
+    assert allowed.exit_code == 0, allowed.stderr
+    assert "warning: " in allowed.stderr and "2 of 3 documents" in allowed.stderr
+    assert json.loads(allowed.stdout)["recall@100"] == pytest.approx(1 / 3)  # q1 found; q2 and q3 cannot be
+
+
+@pytest.mark.anyio
+async def test_evaluate_beir_reports_indexing_and_query_progress(beir_dir: Path, tmp_path: Path) -> None:
+    from fastrag.evaluation.beir_eval import evaluate_beir
+
+    seen: list[tuple[str, int, int]] = []
+    await evaluate_beir(beir_dir, mode="keyword", store_url=f"sqlite:///{tmp_path}/p.db",
+                        progress=lambda *tick: seen.append(tick))  # fmt: skip
+    assert seen[0] == ("index", 5, 5)
+    queries = [tick for tick in seen if tick[0] == "query"]
+    assert [done for _, done, _ in queries] == [0, 1, 2, 3] and {total for *_, total in queries} == {3}
+
+
+def test_eval_draws_query_progress_on_a_terminal(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastrag.cli import _EvalProgress
+
+    monkeypatch.setenv("COLUMNS", "160")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with _EvalProgress() as progress:
+        progress.update("index", 50, 50)
+        progress.update("query", 0, 30)
+        progress.update("query", 30, 30)
+    drawn = capsys.readouterr().err
+    assert "Indexing corpus" in drawn and "50/50" in drawn
+    assert "Queries" in drawn and "30/30" in drawn and "queries/s" in drawn
+
+
+def test_rerank_embedder_with_the_retrieval_model_warns_at_run_time(in_index: Path, tmp_path: Path) -> None:
+    # issue 16.6: slower and worse than no reranking, and nothing said so
+    same = cli("search", "pelican", "--rerank", "embedder")
+    assert same.exit_code == 0 and "warning: --rerank embedder with 'static-minilm-d256'" in same.stderr
+    assert "0.396" in same.stderr and "--rerank-model" in same.stderr
+    from fastrag.ingestion import DEFAULT_MODEL
+
+    other = tmp_path / "stronger-model"
+    other.mkdir()
+    for file in DEFAULT_MODEL.iterdir():
+        (other / file.name).symlink_to(file)
+    different = cli("search", "pelican", "--rerank", "embedder", "--rerank-model", str(other))
+    assert different.exit_code == 0 and "warning" not in different.stderr

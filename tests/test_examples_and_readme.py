@@ -159,7 +159,7 @@ def test_readme_quick_start_commands() -> None:
     first, second = code_blocks(intro, "bash")[:2]
     quick_start = commands(first)
     assert quick_start[0] == "python3 -m venv .venv"
-    assert quick_start[1] == ".venv/bin/pip install -e .[model2vec]"
+    assert quick_start[1] == ".venv/bin/pip install -e ."
     assert quick_start[2] == ".venv/bin/fastrag index docs/"
     assert quick_start[3].startswith(".venv/bin/fastrag search ")
     assert len(quick_start) == 4
@@ -189,3 +189,20 @@ def test_readme_quick_start_index_and_search_work(tmp_path: Path) -> None:
     ranked = [line for line in search.stdout.splitlines() if re.match(r"^\s*\d+\. \[", line)]
     assert len(ranked) == 5  # the default --top-k
     assert "docs/retrievers/hybrid.md" in ranked[0]
+
+
+def test_every_variable_the_examples_document_is_read_and_used() -> None:
+    # issue 16.9: FASTRAG_COLLECTION was documented in examples/_runtime.py and never used
+    import dataclasses
+
+    runtime = (ROOT / "examples" / "_runtime.py").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^``(FASTRAG_\w+)``", runtime, flags=re.MULTILINE))
+    assert documented and documented == set(re.findall(r'os\.environ\.get\("(FASTRAG_\w+)"', runtime))
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from _runtime import ExampleConfig
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    examples = "".join(p.read_text(encoding="utf-8") for p in (ROOT / "examples").glob("[0-9]*.py")) + runtime
+    for name in (f.name for f in dataclasses.fields(ExampleConfig)):
+        assert re.search(rf"config\.{name}\b", examples), f"ExampleConfig.{name} is read from the environment but never used"

@@ -269,8 +269,9 @@ def check_ingestion(portal, root: Path, *, n_files: int) -> None:
             return await pipeline.run([root])
 
     report = portal.call(run)
-    # every file is indexed, or unchanged (an empty one: nothing to write), or reported; none is lost
-    assert report.files_indexed + report.files_unchanged + len(report.errors) == n_files
+    # every file is indexed, or skipped as empty (nothing to write), or reported; none is lost
+    assert report.files_indexed + report.files_skipped + len(report.errors) == n_files
+    assert all(s.reason == "no text to index (empty)" for s in report.skipped_files)
     assert all("not valid UTF-8" in e.message or "cannot" in e.message for e in report.errors)
     assert portal.call(store.count) == report.chunks_written  # the store holds exactly what was written
     stored = portal.call(store.get)
@@ -283,6 +284,7 @@ def check_ingestion(portal, root: Path, *, n_files: int) -> None:
         if word:
             assert isinstance(portal.call(functools.partial(store.search_text, word, k=3)), list)
     again = portal.call(run)  # re-indexing the same files changes nothing
-    assert again.chunks_written == 0 and again.files_unchanged == n_files - len(report.errors)
+    assert again.chunks_written == 0 and again.files_unchanged == n_files - len(report.errors) - report.files_skipped
+    assert again.skipped_files == report.skipped_files
     assert portal.call(store.count) == report.chunks_written
     portal.call(store.aclose)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -649,3 +650,116 @@ async def test_prune_of_the_working_directory_keeps_files_outside_it(tmp_path: P
     report = await pipeline(store).run([Path(".")], prune=True)
     assert report.files_pruned == 0
     assert sorted(d.metadata["source_uri"] for d in await store.get()) == [f"{elsewhere.resolve().as_posix()}/e.md", "h.md"]
+
+
+# ------------------------------------------------------------------------------ hostile paths (issue 13.9)
+
+
+def hostile_tree(root: Path) -> dict[str, str]:
+    """Regular files beside a FIFO, device symlinks, a symlink loop, a broken symlink, a folder symlink and a
+    file whose name is not UTF-8; returns the regular files' names -> text."""
+    import os
+
+    good = {f"good{i}.md": f"# Good {i}\n\nRegular file number {i} about pelicans.\n" for i in range(3)}
+    for name, text in good.items():
+        write(root, name, text)
+    os.mkfifo(root / "p.md")
+    os.symlink("/dev/zero", root / "zero.md")
+    os.symlink("/dev/urandom", root / "random.txt")
+    os.symlink("loop.md", root / "loop.md")
+    os.symlink("nowhere.md", root / "broken.md")
+    (root / "real_folder").mkdir()
+    write(root, "real_folder/inside.txt", "inside the real folder")
+    os.symlink("real_folder", root / "linked_folder")
+    raw = os.fsencode(str(root)) + b"/caf\xe9.md"
+    with open(raw, "wb") as handle:
+        handle.write(b"# Cafe\n\nA file whose name is Latin-1, not UTF-8.\n")
+    good["caf\\xe9.md"] = "A file whose name is Latin-1, not UTF-8."
+    good["real_folder/inside.txt"] = "inside the real folder"
+    return good
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)  # a FIFO or /dev/zero read would hang or exhaust memory instead of failing
+async def test_only_regular_files_are_read_and_every_skipped_path_is_named(tmp_path: Path) -> None:
+    good = hostile_tree(tmp_path)
+    store = InMemoryStore()
+    report = await pipeline(store).run([tmp_path])
+    assert report.ok, report.errors
+    assert report.files_indexed == len(good)
+    stored = {Path(d.source_uri).relative_to(tmp_path).as_posix() if d.source_uri.startswith("/") else d.source_uri
+              for d in await store.get()}
+    assert stored == set(good)
+    reasons = {Path(s.path).name: s.reason for s in report.skipped_files}
+    assert set(reasons) == {"p.md", "zero.md", "random.txt", "loop.md", "broken.md", "linked_folder"}
+    assert "FIFO" in reasons["p.md"] and "not a regular file" in reasons["p.md"]
+    assert "/dev/zero" in reasons["zero.md"] and "character device" in reasons["zero.md"]
+    assert "/dev/urandom" in reasons["random.txt"]
+    assert reasons["loop.md"] == "symlink loop"
+    assert "broken symlink" in reasons["broken.md"]
+    assert "not followed" in reasons["linked_folder"]
+    assert report.files_skipped == len(report.skipped) == 6
+
+
+@pytest.mark.anyio
+async def test_a_file_over_the_size_limit_is_skipped_with_the_reason_and_the_others_indexed(tmp_path: Path) -> None:
+    write(tmp_path, "big.txt", "x" * 5000)
+    write(tmp_path, "small.txt", "small")
+    store = InMemoryStore()
+    report = await IngestionPipeline(embedder=HashingEmbedder(), vector_store=store, max_file_bytes=1000).run([tmp_path])
+    assert report.files_indexed == 1 and [d.content for d in await store.get()] == ["small"]
+    (skipped,) = report.skipped_files
+    assert skipped.path.endswith("big.txt") and "size limit" in skipped.reason and "5,000 bytes" in skipped.reason
+    with pytest.raises(InvalidParameterError):
+        IngestionPipeline(embedder=HashingEmbedder(), vector_store=store, max_file_bytes=0)
+
+
+@pytest.mark.anyio
+async def test_empty_files_on_a_first_run_are_skipped_as_empty_not_unchanged(tmp_path: Path) -> None:
+    write(tmp_path, "empty.md", "")
+    write(tmp_path, "blank.txt", "  \n\n ")
+    write(tmp_path, "full.txt", "some text")
+    report = await pipeline(InMemoryStore()).run([tmp_path])
+    assert (report.files_indexed, report.files_unchanged, report.files_skipped) == (1, 0, 2)
+    assert {Path(s.path).name: s.reason for s in report.skipped_files} == {
+        "blank.txt": "no text to index (empty)", "empty.md": "no text to index (empty)"
+    }
+
+
+@pytest.mark.anyio
+async def test_a_file_emptied_since_indexing_loses_its_chunks(tmp_path: Path) -> None:
+    path = write(tmp_path, "doc.txt", "text that will go")
+    store = InMemoryStore()
+    await pipeline(store).run([tmp_path])
+    path.write_text("", encoding="utf-8")
+    report = await pipeline(store).run([tmp_path])
+    assert report.files_indexed == 1 and await store.count() == 0
+
+
+@pytest.mark.anyio
+async def test_deleted_files_are_counted_when_asked_and_removed_only_by_prune(tmp_path: Path) -> None:
+    write(tmp_path, "keep.txt", "kept")
+    gone = write(tmp_path, "gone.txt", "deleted soon")
+    store = InMemoryStore()
+    await pipeline(store).run([tmp_path])
+    gone.unlink()
+    report = await pipeline(store).run([tmp_path], report_deleted=True)
+    assert report.files_deleted == 1 and await store.count() == 2  # still searchable
+    assert (await pipeline(store).run([tmp_path])).files_deleted == 0  # not counted unless asked
+    pruned = await pipeline(store).run([tmp_path], prune=True)
+    assert pruned.files_pruned == 1 and await store.count() == 1
+
+
+@pytest.mark.anyio
+async def test_the_progress_bar_counts_bytes_files_and_chunks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 16.8: a bar of files alone sat still on one large file; it now shows bytes (rate, ETA) and chunks
+    monkeypatch.setenv("COLUMNS", "160")
+    write(tmp_path, "a.txt", "word " * 400)
+    write(tmp_path, "b.txt", "other words")
+    await IngestionPipeline(embedder=HashingEmbedder(), vector_store=InMemoryStore(), show_progress=True,
+                            chunker=Chunker(chunk_size=200, chunk_overlap=0)).run([tmp_path])
+    drawn = capsys.readouterr().err
+    assert "2.0/2.0 kB" in drawn and "2/2 files" in drawn
+    assert re.search(r"\b11 chunks \([\d,]+/s\)", drawn), drawn

@@ -9,6 +9,9 @@ no paragraph appears twice in the top 10, and the question's own language versio
 whenever it was among the candidates. The ``slow`` tests check every question (1,190 per language): none
 misses (issue #4's acceptance, 100%). Recall@10 over every question is measured by
 ``benchmarks/multilingual.py`` and reported in ``docs/multilingual.md``.
+
+The XQuAD tests read ``../shared/datasets/xquad-*`` beside the checkout and skip, saying so, where it is
+absent (a fresh clone); the detector's own tests use the questions written below, so they always run.
 """
 
 from __future__ import annotations
@@ -30,8 +33,17 @@ from fastrag.vector_store.sqlite import SQLiteVectorStore
 
 pytestmark = pytest.mark.anyio
 
-DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 LANGUAGES = ("en", "de", "es", "ru", "zh")
+# One question per language, written for these tests (not taken from XQuAD), in XQuAD's style: a short
+# factual question naming a team.
+QUESTIONS = {
+    "en": "How many goals did the Rovers concede in the final?",
+    "de": "Wie viele Tore hat die Verteidigung der Rovers im Finale kassiert?",
+    "es": "¿Cuántos goles encajó la defensa de los Rovers en la final?",
+    "ru": "Сколько голов пропустила защита Роверс в финале?",
+    "zh": "流浪者队在决赛中丢了多少球？",
+}
 SAMPLE_EVERY = 40  # 30 of the 1,190 questions per language
 CANDIDATE_K = 40
 # Questions Lingua 2.1 reads as another language on the whole question (names, scripts): (language, query id).
@@ -55,6 +67,8 @@ DECIDED_BY_TEXT = [
 
 def load(lang: str) -> tuple[list[Document], list[tuple[str, str]], dict[str, str]]:
     folder = DATASETS / f"xquad-{lang}"
+    if not folder.is_dir():
+        pytest.skip(f"XQuAD is not at {folder} (../shared/datasets beside the checkout)")
     docs = []
     for line in (folder / "corpus.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
@@ -75,8 +89,8 @@ def detector() -> LinguaLanguageDetector:
 
 @pytest.fixture(scope="module")
 def store() -> Iterator[SQLiteVectorStore]:
+    docs = [doc for lang in LANGUAGES for doc in load(lang)[0]]  # skips without XQuAD
     store = SQLiteVectorStore(":memory:")
-    docs = [doc for lang in LANGUAGES for doc in load(lang)[0]]
     anyio.run(store.upsert, docs)
     yield store
     anyio.run(store.aclose)
@@ -85,8 +99,7 @@ def store() -> Iterator[SQLiteVectorStore]:
 def test_lingua_detector(detector: LinguaLanguageDetector) -> None:
     assert isinstance(detector, LanguageDetector) and isinstance(detector, SupportsLanguageConfidence)
     assert detector.languages == LANGUAGES
-    samples = {lang: load(lang)[1][0][1] for lang in LANGUAGES}
-    assert {lang: detector.detect(text) for lang, text in samples.items()} == {lang: lang for lang in LANGUAGES}
+    assert {lang: detector.detect(text) for lang, text in QUESTIONS.items()} == {lang: lang for lang in LANGUAGES}
     assert detector.detect("12345 !!!") is None
     assert detector.detect("") is None
     with pytest.raises(InvalidParameterError):
@@ -94,8 +107,7 @@ def test_lingua_detector(detector: LinguaLanguageDetector) -> None:
 
 
 def test_lingua_confidences(detector: LinguaLanguageDetector) -> None:
-    for lang in LANGUAGES:
-        question = load(lang)[1][0][1]
+    for lang, question in QUESTIONS.items():
         confidences = detector.confidences(question)
         assert set(confidences) == set(LANGUAGES)
         values = list(confidences.values())

@@ -3,7 +3,9 @@ extra is reported with the exact install command; the ``fastrag`` command is ins
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -68,9 +70,8 @@ def test_import_fastrag_needs_and_loads_no_optional_package() -> None:
     assert result.stdout.strip() == "ok"
 
 
-def test_a_broken_model2vec_is_reported_with_the_install_command() -> None:
-    # the shipped model is read with tokenizers and safetensors (what the model2vec extra installs) without
-    # importing model2vec itself, so the extra is broken here by blocking those too
+def test_a_broken_core_model_reader_is_reported_with_the_reinstall_command() -> None:
+    # the shipped model is read with tokenizers and safetensors, core dependencies: missing, the install is broken
     code = BLOCKER + textwrap.dedent(
         """
         BLOCKED.update({"tokenizers", "safetensors"})
@@ -88,10 +89,10 @@ def test_a_broken_model2vec_is_reported_with_the_install_command() -> None:
     )
     result = run_python(code)
     assert result.returncode == 0, result.stderr
-    assert 'pip install "fastrag-retrieval[model2vec]"' in result.stdout
+    assert 'pip install --force-reinstall "fastrag-retrieval"' in result.stdout
 
 
-def test_a_missing_model2vec_is_reported_with_the_install_command() -> None:
+def test_a_hub_model_without_model2vec_is_reported_with_the_install_command() -> None:
     # sys.modules[name] = None is how Python marks a module as absent: find_spec gives None, import fails
     code = textwrap.dedent(
         """
@@ -101,7 +102,7 @@ def test_a_missing_model2vec_is_reported_with_the_install_command() -> None:
         from fastrag.config import open_embedder
 
         try:
-            open_embedder()
+            open_embedder("minishlab/potion-base-8M")
         except ConfigurationError as exc:
             print(exc)
         else:
@@ -110,7 +111,66 @@ def test_a_missing_model2vec_is_reported_with_the_install_command() -> None:
     )
     result = run_python(code)
     assert result.returncode == 0, result.stderr
+    assert "minishlab/potion-base-8M" in result.stdout
     assert 'pip install "fastrag-retrieval[model2vec]"' in result.stdout
+
+
+def test_the_default_install_indexes_and_searches_in_hybrid_mode(tmp_path: Path) -> None:
+    # issue 16.5: with every optional package absent (model2vec included), `fastrag index` and the default
+    # (hybrid) `fastrag search` work with the shipped model
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "volcano.md").write_text("# Volcano\n\nVolcanoes erupt molten lava.\n", encoding="utf-8")
+    (tmp_path / "notes" / "tea.md").write_text("# Tea\n\nGreen tea is steeped briefly.\n", encoding="utf-8")
+    code = BLOCKER + textwrap.dedent(
+        f"""
+        import os
+        os.chdir({str(tmp_path)!r})
+        from fastrag.cli import main
+        for argv in (["index", "notes"], ["search", "molten lava", "--json"]):
+            try:
+                main(argv, prog_name="fastrag")
+            except SystemExit as exit_:
+                assert exit_.code in (0, None), (argv, exit_.code)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        assert not ATTEMPTS and not loaded, (ATTEMPTS, loaded)
+        """
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout[result.stdout.index("{"):])
+    assert found["mode"] == "hybrid"
+    assert found["documents"][0]["metadata"]["source_uri"] == "notes/volcano.md"
+    assert set(found["documents"][0]["metadata"]["branches"]) == {"vector", "bm25"}
+
+
+def test_the_shipped_models_readers_are_core_dependencies() -> None:
+    # what the default model path imports must come with `pip install fastrag-retrieval`, no extra
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    core = {re.split(r"[<>=!~\[ ]", dep, maxsplit=1)[0].lower() for dep in pyproject["project"]["dependencies"]}
+    assert {"safetensors", "tokenizers"} <= core
+    assert "model2vec" not in core
+
+
+INSTALL_COMMAND = re.compile(r"pip install\s+(?:--?[\w-]+\s+)*[\"']?(\.|[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)(?:\[([^\]]*)\])?")
+
+
+def test_every_install_hint_names_our_distribution_and_a_declared_extra() -> None:
+    # issue 16.1: `pip install "fastrag[...]"` installs Intel Labs' unrelated fastRAG; every hint in the package,
+    # the docs and the README must name the distribution pyproject.toml declares, with an extra it declares
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    name, extras = project["name"], set(project["optional-dependencies"])
+    files = [*sorted((ROOT / "fastrag").rglob("*.py")), *sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+    ours = 0
+    for path in files:
+        for match in INSTALL_COMMAND.finditer(path.read_text(encoding="utf-8")):
+            package, wanted = match.group(1), match.group(2)
+            where = f"{path.relative_to(ROOT)}: {match.group(0)!r}"
+            if package.lower().startswith("fastrag") or (package == "." or package.startswith("-e")):
+                ours += 1
+                assert package in (name, "."), f"{where} names {package!r}, not {name!r}"
+                for extra in filter(None, (e.strip() for e in (wanted or "").split(","))):
+                    assert extra in extras, f"{where}: no extra {extra!r} in pyproject.toml"
+    assert ours >= 10  # the hints are there to check (the adapters' and the docs')
 
 
 def test_keyword_search_from_the_cli_works_without_model2vec(tmp_path: Path) -> None:
@@ -190,3 +250,22 @@ def test_the_shipped_model_lives_inside_the_package() -> None:
     package = Path(fastrag.__file__).resolve().parent
     assert DEFAULT_MODEL.resolve().is_relative_to(package)
     assert (DEFAULT_MODEL / "model.safetensors").stat().st_size > 1_000_000  # real weights, not an LFS pointer
+
+
+def test_the_language_detector_imports_from_fastrag_retrieval_without_loading_lingua() -> None:
+    # issue 16.3: the original retrieval docs import it from fastrag.retrieval; importing it must not load Lingua
+    code = BLOCKER + textwrap.dedent(
+        """
+        from fastrag.retrieval import LinguaLanguageDetector
+        import fastrag.language
+        assert LinguaLanguageDetector is fastrag.language.LinguaLanguageDetector
+        import fastrag.retrieval
+        assert "LinguaLanguageDetector" in fastrag.retrieval.__all__ and "LinguaLanguageDetector" in dir(fastrag.retrieval)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        assert not ATTEMPTS and not loaded, (ATTEMPTS, loaded)
+        print("ok")
+        """
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

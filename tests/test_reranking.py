@@ -329,7 +329,7 @@ def test_fastrag_eval_rerank_embedder(tiny_beir: Path, tmp_path: Path, monkeypat
     result = CliRunner().invoke(main, ["eval", str(tiny_beir), "--mode", "keyword", "--rerank", "embedder", "--json"],
                                 env=env, catch_exceptions=False)  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == {"ndcg@10": 1.0, "recall@100": 1.0, "mrr@10": 1.0}
+    assert json.loads(result.stdout) == {"ndcg@10": 1.0, "recall@100": 1.0, "mrr@10": 1.0}
     text = CliRunner().invoke(main, ["eval", str(tiny_beir), "--mode", "keyword", "--rerank", "embedder"], env=env)
     assert "rerank=embedder" in text.output
     missing = CliRunner().invoke(main, ["eval", str(tiny_beir), "--rerank", "cross-encoder"], env=env)

@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import warnings
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from fastrag.analysis import primary_language
 from fastrag.config import Settings, build_retriever, open_embedder, open_reranker, open_stores
-from fastrag.errors import ConfigurationError
-from fastrag.evaluation.beir import load_beir
+from fastrag.errors import ConfigurationError, IngestionError
+from fastrag.evaluation.beir import BeirDataset, load_beir
 from fastrag.evaluation.metrics import evaluate
 from fastrag.evaluation.runner import run_retrieval
 from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
 from fastrag.models import LANGUAGE, Document
 from fastrag.retrieval._validation import check_positive_int
 
-__all__ = ["RERANKERS", "evaluate_beir"]
+__all__ = ["RERANKERS", "MissingJudgedDocumentsWarning", "Progress", "evaluate_beir", "missing_judged_documents"]
+
+Progress = Callable[[str, int, int], None]
+"""A progress callback: ``(phase, done, total)``, phase ``"index"`` (corpus documents written) or
+``"query"`` (queries answered)."""
+
+
+class MissingJudgedDocumentsWarning(UserWarning):
+    """Some documents the qrels judge are not in the corpus (``evaluate_beir(allow_missing=True)``)."""
+
+
+def missing_judged_documents(dataset: BeirDataset) -> list[str]:
+    """The ids of documents the qrels judge relevant (score > 0) that are not in the corpus, sorted.
+
+    Such a document can never be retrieved: every query judging it loses recall and nDCG for a reason that
+    has nothing to do with retrieval (usually the qrels of another corpus, or a truncated corpus).
+    """
+    return sorted({doc_id for judged in dataset.qrels.values() for doc_id, score in judged.items()
+                   if score > 0 and doc_id not in dataset.corpus})  # fmt: skip
 
 RERANKERS = ("none", "embedder", "cross-encoder")
 """The ``rerank`` choices of :func:`evaluate_beir` (and ``fastrag eval --rerank``)."""
@@ -40,6 +59,8 @@ async def evaluate_beir(
     embedder: Any | None = None,
     embedding_cache: str | Path | None = None,
     language: str | None = None,
+    allow_missing: bool = False,
+    progress: Progress | None = None,
 ) -> dict[str, float]:
     """Index a BEIR corpus (one document per corpus entry, no chunking), run its queries, score the run.
 
@@ -67,12 +88,19 @@ async def evaluate_beir(
         language: the dataset's language (ISO 639-1, e.g. ``"de"``): every document is indexed with
             ``metadata["language"]`` set to it and every query is analysed in it, so BM25 stems both
             sides with that language's Snowball stemmer. ``None``: the store's analysis (English).
+        allow_missing: score even when documents the qrels judge relevant are missing from the corpus
+            (:func:`missing_judged_documents`; they count as never retrieved), with a
+            :class:`MissingJudgedDocumentsWarning`. By default that is an error: such scores measure the
+            data, not retrieval.
+        progress: called as ``progress(phase, done, total)`` while the corpus is written (``"index"``,
+            documents) and while queries run (``"query"``).
 
     Returns:
         Mean nDCG, Recall and MRR at 10 and 100 over the split's queries (keys such as ``"ndcg@10"``).
 
     Raises:
-        IngestionError: the dataset is missing or malformed.
+        IngestionError: the dataset is missing or malformed, or (without ``allow_missing``) documents the
+            qrels judge relevant are not in the corpus; the message counts them and names a few.
         BackendError: the store failed.
         ConfigurationError: an unknown ``rerank``, or ``"cross-encoder"`` without a local ``rerank_model``,
             or ``language`` is not a language code.
@@ -85,6 +113,18 @@ async def evaluate_beir(
     if language is not None and primary_language(language) is None:
         raise ConfigurationError(f"language must be a language code such as 'de', got {language!r}")
     dataset = load_beir(dataset_dir, split=split)
+    missing = missing_judged_documents(dataset)
+    if missing:
+        judged = len({doc_id for judged in dataset.qrels.values() for doc_id, score in judged.items() if score > 0})
+        message = (
+            f"{len(missing)} of {judged} documents judged relevant in qrels/{split}.tsv are not in corpus.jsonl "
+            f"(e.g. {', '.join(repr(m) for m in missing[:3])}): they can never be retrieved, so the scores would "
+            "measure the data, not retrieval; are these the qrels of this corpus?"
+        )
+        if not allow_missing:
+            raise IngestionError(f"{dataset_dir}: {message} (allow_missing=True, or --allow-missing, scores anyway)")
+        warnings.warn(f"{dataset_dir}: {message}; they count as never retrieved", MissingJudgedDocumentsWarning,
+                      stacklevel=2)
     docs = list(dataset.corpus.values())
     if language is not None:
         docs = [Document(id=d.id, content=d.content, metadata={**d.metadata, LANGUAGE: language}) for d in docs]
@@ -94,6 +134,7 @@ async def evaluate_beir(
     if mode == "keyword":
         embedder = None
     base_embedder = embedder
+    tick = progress or (lambda phase, done, total: None)
     try:
         name = embedder.name if embedder is not None else None
         settings = Settings(store=store_url, lexical_store=lexical_store_url)
@@ -112,11 +153,21 @@ async def evaluate_beir(
                     await store.upsert(batch, embeddings=embeddings)
                 if lexical is not store or mode == "keyword":
                     await lexical.upsert(batch, embeddings=embeddings if lexical is store else None)
+                tick("index", start + len(batch), len(docs))
             retriever = build_retriever(mode, store=store, embedder=retrieval_embedder, lexical_store=lexical,
                                         language=language)
             if rerank != "none":
                 retriever = await stack.enter_async_context(_reranking(retriever, rerank, rerank_model, embedding_model, top_k))
-            run = await run_retrieval(retriever, dataset.queries, k=top_k, concurrency=concurrency)
+            answered = 0
+
+            def query_done() -> None:
+                nonlocal answered
+                answered += 1
+                tick("query", answered, len(dataset.queries))
+
+            tick("query", 0, len(dataset.queries))
+            run = await run_retrieval(retriever, dataset.queries, k=top_k, concurrency=concurrency,
+                                      on_query_done=query_done)
     finally:
         if owned and base_embedder is not None:
             await base_embedder.aclose()

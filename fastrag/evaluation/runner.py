@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import anyio
 
@@ -18,6 +18,7 @@ async def run_retrieval(
     *,
     k: int = 100,
     concurrency: int = 8,
+    on_query_done: Callable[[], None] | None = None,
 ) -> dict[str, list[str]]:
     """Retrieve the top ``k`` documents for every query, at most ``concurrency`` queries in flight at once.
 
@@ -31,6 +32,7 @@ async def run_retrieval(
         queries: ``{query_id: query_text}``, e.g. :attr:`BeirDataset.queries`.
         k: how many documents to ask for per query, ``>= 1`` (use the largest cutoff you will evaluate).
         concurrency: the most queries awaiting the retriever at once, ``>= 1``.
+        on_query_done: called with no argument after each query's answer arrives (a progress bar's tick).
 
     Returns:
         ``{query_id: [doc_id, ...]}``, best first, one entry per query in ``queries`` order; a list is as
@@ -57,6 +59,8 @@ async def run_retrieval(
                 exc.add_note(f"while retrieving query {query_id!r}")
                 raise
         results[query_id] = [document.id for document in documents]
+        if on_query_done is not None:
+            on_query_done()
 
     try:
         async with anyio.create_task_group() as task_group:

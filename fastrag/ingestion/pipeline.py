@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,24 +34,33 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
+    DownloadColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
 )
+from rich.text import Text
 
 from fastrag.analysis import primary_language
 from fastrag.errors import ConfigurationError, IngestionError, InvalidParameterError
 from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
 from fastrag.ingestion.chunking import Chunker
-from fastrag.ingestion.parsers import (
-    BINARY_KINDS,
-    FileKind,
-    ParsedDocument,
-    file_kind,
-    parse,
+from fastrag.ingestion.parsers import BINARY_KINDS, FileKind, ParsedDocument, parse
+from fastrag.ingestion.sources import (
+    DEFAULT_MAX_FILE_BYTES,
+    SkipFile,
+    SkippedFile,
+    Source,
+    discover,
+    printable_path,
+    read_source,
+    source_uri_of,
 )
 from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
 from fastrag.ingestion.worker import ParserProcess
@@ -81,12 +89,11 @@ from fastrag.retrieval.sections import (
     SectionIndex,
 )
 
-__all__ = ["CHUNKER", "HEADINGS", "IngestionFailure", "IngestionPipeline", "IngestionReport"]
+__all__ = ["CHUNKER", "HEADINGS", "IngestionFailure", "IngestionPipeline", "IngestionReport", "SkippedFile",
+           "source_uri_of"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_FILE_BYTES = 100 * 2**20
-"""The largest PDF or DOCX file :class:`IngestionPipeline` reads by default, in bytes (100 MiB)."""
 DEFAULT_PARSE_TIMEOUT = 120.0
 """Seconds one PDF or DOCX file may take to parse by default."""
 
@@ -120,14 +127,22 @@ class IngestionReport:
     """What one :meth:`IngestionPipeline.run` did.
 
     Attributes:
-        files_indexed: files parsed and written (new or changed); a BEIR corpus counts as one file.
+        files_indexed: files parsed and written (new or changed, or emptied since their chunks were
+            stored); a BEIR corpus counts as one file.
         files_unchanged: files whose stored chunks already match them; nothing was written.
-        files_skipped: files with an unsupported name or extension (listed in ``skipped``).
+        files_skipped: paths found but not indexed, each with its reason in ``skipped_files``: an
+            unsupported type, not a regular file (a FIFO, a device, a socket, also through a symlink), a
+            symlink loop or a broken or folder symlink, a file over the size limit, or a file with no text
+            to index (empty) that nothing was stored for.
         files_pruned: sources (files, or BEIR documents) whose chunks ``prune=True`` deleted.
         chunks_written: chunks upserted (each counted once, however many stores received it).
         errors: the files that failed to read or parse; the run went on without them and their
             previously stored chunks are left as they were.
-        skipped: the skipped files' paths, in walk order.
+        skipped: the skipped paths, in walk order (``skipped_files`` has the reasons).
+        skipped_files: each skipped path and why, in walk order.
+        files_deleted: sources under the run's paths still in the store although their file is gone (they
+            stay searchable until a run with ``prune=True``); counted only by ``run(report_deleted=True)``,
+            else 0.
         warnings: what was indexed with something left out, in words naming the file (a PDF page without a
             text layer).
         zero_vectors: chunks written whose embedding is all zeros (no word of theirs is in the
@@ -144,6 +159,8 @@ class IngestionReport:
     chunks_written: int = 0
     errors: tuple[IngestionFailure, ...] = ()
     skipped: tuple[str, ...] = ()
+    skipped_files: tuple[SkippedFile, ...] = ()
+    files_deleted: int = 0
     warnings: tuple[str, ...] = ()
     zero_vectors: int = 0
     languages: Mapping[str, int] = field(default_factory=dict)
@@ -152,13 +169,6 @@ class IngestionReport:
     def ok(self) -> bool:
         """``True`` when no file failed."""
         return not self.errors
-
-
-@dataclass(frozen=True, slots=True)
-class _Source:
-    path: Path
-    source_uri: str
-    kind: FileKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,11 +186,11 @@ class _Run:
 
     files_indexed: int = 0
     files_unchanged: int = 0
-    files_skipped: int = 0
     files_pruned: int = 0
+    files_deleted: int = 0
     chunks_written: int = 0
     errors: list[IngestionFailure] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     zero_vectors: int = 0
     languages: dict[str, int] = field(default_factory=dict)
@@ -195,16 +205,19 @@ class _Run:
     completed: list[Filter] = field(default_factory=list)
     # the child process that parses PDF and DOCX files, started by the first one
     parser: ParserProcess | None = None
+    bar: _ProgressBar | None = None
 
     def report(self) -> IngestionReport:
         return IngestionReport(
             files_indexed=self.files_indexed,
             files_unchanged=self.files_unchanged,
-            files_skipped=self.files_skipped,
+            files_skipped=len(self.skipped),
             files_pruned=self.files_pruned,
             chunks_written=self.chunks_written,
             errors=tuple(self.errors),
-            skipped=tuple(self.skipped),
+            skipped=tuple(s.path for s in self.skipped),
+            skipped_files=tuple(self.skipped),
+            files_deleted=self.files_deleted,
             warnings=tuple(self.warnings),
             zero_vectors=self.zero_vectors,
             languages=dict(self.languages),
@@ -216,8 +229,10 @@ class IngestionPipeline:
 
     Supported files: ``.txt``, ``.md``/``.markdown``, ``.html``/``.htm``, BEIR ``corpus.jsonl``, and with
     their extras ``.pdf`` and ``.docx`` (see :mod:`fastrag.ingestion.parsers`). Other files are skipped and
-    reported, never errors. A PDF or DOCX file that cannot be read (encrypted, no text layer, malformed or
-    truncated, too large, too slow to parse, its extra not installed) is recorded with the reason in
+    reported with the reason, never errors; so are paths that are not regular files (FIFOs, devices, symlink
+    loops) and files over ``max_file_bytes`` (see :mod:`fastrag.ingestion.sources`): one bad path never
+    stops the others. A PDF or DOCX file that cannot be read (encrypted, no text layer, malformed or
+    truncated, too slow to parse, its extra not installed) is recorded with the reason in
     :attr:`IngestionReport.errors` and the run goes on.
 
     Re-indexing is incremental and keyed by the deterministic chunk ids. A file is *unchanged* when
@@ -253,9 +268,10 @@ class IngestionPipeline:
             the same embedder (same model and options) are read from it instead of being embedded again,
             and new vectors are added to it. So a changed file costs only its changed chunks, and
             re-indexing into a new store costs nothing. It stays the caller's (never closed here).
-        max_file_bytes: the largest PDF or DOCX file read, in bytes (default 100 MiB); a larger one is
-            recorded in :attr:`IngestionReport.errors` and skipped. A DOCX is also refused when its zip
-            members unpack to more than 10 times this (a zip bomb).
+        max_file_bytes: the size limit of one file, of any format, in bytes (default 100 MiB); a larger file
+            is skipped with the reason (:attr:`IngestionReport.skipped_files`) and never read past the
+            limit. A DOCX is also refused when its zip members unpack to more than 10 times this (a zip
+            bomb).
         parse_timeout: seconds one PDF or DOCX file may take to parse (default 120). These formats are
             parsed by third-party libraries in a worker process (:mod:`fastrag.ingestion.worker`, one per
             run), which is killed at the limit: a file
@@ -328,11 +344,13 @@ class IngestionPipeline:
             stores.append(self._lexical_store)
         return stores
 
-    async def run(self, paths: Sequence[str | Path], *, prune: bool = False) -> IngestionReport:
+    async def run(
+        self, paths: Sequence[str | Path], *, prune: bool = False, report_deleted: bool = False
+    ) -> IngestionReport:
         """Index ``paths``: files, and folders walked recursively.
 
-        Folders are walked in sorted order, skipping hidden files and folders (names starting with
-        ``.``). A file's ``source_uri`` is its path relative to the working directory when it lies under
+        Folders are walked in sorted order without following symlinks, skipping hidden files and folders
+        (names starting with ``.``). A file's ``source_uri`` is its path relative to the working directory when it lies under
         it (``docs/guide/intro.md``), else its absolute path, with ``/`` separators. In a BEIR ``corpus.jsonl`` every line is one document
         with ``source_uri`` ``<corpus uri>#<_id>`` and ``parent_id`` ``<_id>``.
 
@@ -345,6 +363,9 @@ class IngestionPipeline:
                 ``content_hash``) whose file lies under one of ``paths`` but was not found in this run
                 (it was deleted or is no longer supported). Chunks of files outside ``paths`` and of
                 files that failed to parse are kept.
+            report_deleted: without ``prune``, count the sources under ``paths`` that are stored but no
+                longer on disk (:attr:`IngestionReport.files_deleted`); this reads the stored documents'
+                metadata, as ``prune`` does.
 
         Returns:
             What was indexed, skipped, pruned and what failed.
@@ -362,14 +383,17 @@ class IngestionPipeline:
             raise ConfigurationError("prune=True needs a store that can list its documents (a get() method)")
         state = _Run()
         try:
-            return await self._run(paths, state, prune=prune)
+            return await self._run(paths, state, prune=prune, report_deleted=report_deleted)
         finally:
             if state.parser is not None:
                 await state.parser.aclose()
 
-    async def _run(self, paths: Sequence[str | Path], state: _Run, *, prune: bool) -> IngestionReport:
-        sources = await anyio.to_thread.run_sync(_discover, [Path(p) for p in paths], state)
-        with _ProgressBar(self._show_progress, total=len(sources)) as bar:
+    async def _run(
+        self, paths: Sequence[str | Path], state: _Run, *, prune: bool, report_deleted: bool
+    ) -> IngestionReport:
+        sources = await anyio.to_thread.run_sync(self._discover, [Path(p) for p in paths], state)
+        with _ProgressBar(self._show_progress, files=len(sources), total_bytes=sum(s.size for s in sources)) as bar:
+            state.bar = bar
             failure: BaseException | None = None
             try:
                 # one writer task drains a one-slot queue, so batch n is written while n + 1 is embedded
@@ -380,7 +404,7 @@ class IngestionPipeline:
                         for source in sources:
                             bar.describe(f"Indexing {_ellipsize(source.source_uri)}")
                             await self._index_source(source, state, send)
-                            bar.advance()
+                            bar.file_done(source.size)
                         await self._flush(state, send)
             except BaseExceptionGroup as group_error:
                 failure = _first_leaf(group_error)
@@ -389,6 +413,9 @@ class IngestionPipeline:
             if prune:
                 bar.describe("Pruning")
                 await self._prune(state)
+            elif report_deleted:
+                doomed = await self._stale_sources(state)
+                state.files_deleted = len(set(doomed.values()))
             bar.describe("Indexed")
         report = state.report()
         logger.info(
@@ -400,7 +427,19 @@ class IngestionPipeline:
 
     # ------------------------------------------------------------------------------------ per source
 
-    async def _index_source(self, source: _Source, state: _Run, send: MemoryObjectSendStream[_Batch]) -> None:
+    def _discover(self, paths: list[Path], state: _Run) -> list[Source]:
+        """The files to index under ``paths`` (runs in a worker thread); records skips and bad paths."""
+        found = discover(paths, max_file_bytes=self._max_file_bytes)
+        state.skipped.extend(found.skipped)
+        state.root_prefixes |= found.root_prefixes
+        state.root_uris |= found.root_uris
+        for path in found.missing:
+            state.errors.append(IngestionFailure(path=path, message=f"{path}: no such file or directory"))
+        for folder, why in found.unreadable:
+            state.errors.append(IngestionFailure(path=folder, message=f"{folder}: cannot list folder ({why})"))
+        return found.sources
+
+    async def _index_source(self, source: Source, state: _Run, send: MemoryObjectSendStream[_Batch]) -> None:
         uri = source.source_uri
         is_corpus = source.kind is FileKind.BEIR_CORPUS
         # whatever happens next, this run has seen the source: prune must not touch its chunks
@@ -413,9 +452,12 @@ class IngestionPipeline:
             else:
                 read = await anyio.to_thread.run_sync(self._read_and_chunk, source)
             content_hash, documents, sentinels, parsed = read
+        except SkipFile as skip:
+            state.skipped.append(SkippedFile(printable_path(source.path), str(skip)))
+            return
         except IngestionError as exc:
             logger.warning("ingestion: %s", exc)
-            state.errors.append(IngestionFailure(path=str(source.path), message=str(exc)))
+            state.errors.append(IngestionFailure(path=printable_path(source.path), message=str(exc)))
             return
         if self._sections is not None:
             await self._sections.add_all(parsed, content_hash=content_hash)
@@ -424,6 +466,9 @@ class IngestionPipeline:
         # chunker is stale; one with both the same was cut identically and has just been overwritten
         stale = scope & ((filter_field(CONTENT_HASH) != content_hash) | (filter_field(CHUNKER) != self._fingerprint))
         unchanged, longer_before = await self._compare(documents, sentinels, scope=scope, stale=stale)
+        if unchanged and not documents:  # nothing stored and nothing to store: not "unchanged", say why
+            state.skipped.append(SkippedFile(printable_path(source.path), "no text to index (empty)"))
+            return
         if unchanged:
             state.files_unchanged += 1
             return
@@ -441,20 +486,26 @@ class IngestionPipeline:
             state.completed.append(stale)
         state.files_indexed += 1
 
-    def _read_and_chunk(self, source: _Source) -> tuple[str, list[Document], list[str], list[ParsedDocument]]:
+    def _read_and_chunk(self, source: Source) -> tuple[str, list[Document], list[str], list[ParsedDocument]]:
         """Read, hash, parse and chunk one file (runs in a worker thread).
 
         Returns the content hash, the chunk documents, per parsed document the id its next chunk
         would have (``f"{source_uri}#{chunk_count}"``): a store holding one of those ids holds an older
         version with more chunks, and the parsed documents.
+
+        Raises:
+            SkipFile: not a regular file (any more), or over the size limit.
+            IngestionError: unreadable, or the parser failed; the message names the file.
         """
-        try:
-            data = source.path.read_bytes()
-        except OSError as exc:
-            raise IngestionError(f"{source.path}: cannot read ({exc.strerror or exc})") from exc
+        data = read_source(source, max_file_bytes=self._max_file_bytes)
         content_hash = hashlib.sha256(data).hexdigest()
-        parsed_documents = parse(data, source_uri=source.source_uri, kind=source.kind)
-        return (content_hash, *self._chunk_all(parsed_documents, content_hash))
+        try:
+            parsed_documents = parse(data, source_uri=source.source_uri, kind=source.kind)
+            return (content_hash, *self._chunk_all(parsed_documents, content_hash))
+        except IngestionError:
+            raise
+        except Exception as exc:  # a parser or chunker bug on one hostile file must not stop the run
+            raise IngestionError(f"{source.source_uri}: cannot parse ({type(exc).__name__}: {exc})") from exc
 
     def _chunk_all(
         self, parsed_documents: list[ParsedDocument], content_hash: str
@@ -468,11 +519,11 @@ class IngestionPipeline:
         return documents, sentinels, parsed_documents
 
     async def _read_binary(
-        self, source: _Source, state: _Run
+        self, source: Source, state: _Run
     ) -> tuple[str, list[Document], list[str], list[ParsedDocument]]:
         """Read a PDF or DOCX file within the size limit and parse it in the worker process within the time
         limit (the process is killed at the limit); then chunk it in a thread."""
-        data = await anyio.to_thread.run_sync(_read_limited, source, self._max_file_bytes)
+        data = await anyio.to_thread.run_sync(partial(read_source, source, max_file_bytes=self._max_file_bytes))
         content_hash = hashlib.sha256(data).hexdigest()
         if state.parser is None:
             state.parser = ParserProcess(timeout=self._parse_timeout)
@@ -586,12 +637,27 @@ class IngestionPipeline:
                     group.start_soon(partial(self._vector_store.upsert, documents, embeddings=batch.embeddings))
                     group.start_soon(partial(self._lexical_store.upsert, documents))
             state.chunks_written += len(documents)
+            if state.bar is not None:
+                state.bar.chunks_written(len(documents))
         for stale in batch.completed:
             for store in self._stores:
                 await store.delete(filter=stale)
 
     async def _prune(self, state: _Run) -> None:
-        doomed: dict[str, str] = {}  # chunk id -> source_uri
+        doomed = await self._stale_sources(state)
+        ids = sorted(doomed)
+        for start in range(0, len(ids), _ID_BATCH):
+            batch = ids[start : start + _ID_BATCH]
+            for store in self._stores:
+                await store.delete(ids=batch)
+        state.files_pruned = len(set(doomed.values()))
+        if self._sections is not None and doomed:
+            await self._sections.delete(source_uris=sorted(set(doomed.values())))
+
+    async def _stale_sources(self, state: _Run) -> dict[str, str]:
+        """Chunk id -> source_uri of every stored chunk, written by an ingestion pipeline, whose source lies
+        under this run's roots but was not seen by it (its file was deleted or is no longer indexable)."""
+        doomed: dict[str, str] = {}
         for store in self._stores:
             if not isinstance(store, SupportsGet):
                 continue
@@ -604,34 +670,42 @@ class IngestionPipeline:
                 if not _under_roots(uri, state):
                     continue  # outside the files and folders of this run
                 doomed[doc.id] = uri
-        ids = sorted(doomed)
-        for start in range(0, len(ids), _ID_BATCH):
-            batch = ids[start : start + _ID_BATCH]
-            for store in self._stores:
-                await store.delete(ids=batch)
-        state.files_pruned = len(set(doomed.values()))
-        if self._sections is not None and doomed:
-            await self._sections.delete(source_uris=sorted(set(doomed.values())))
+        return doomed
+
+
+class _ChunksColumn(ProgressColumn):
+    """Chunks written so far and their rate: ``1,234 chunks (56/s)``."""
+
+    def render(self, task: Task) -> Text:
+        chunks = int(task.fields.get("chunks", 0))
+        elapsed = task.elapsed or 0.0
+        rate = f" ({chunks / elapsed:,.0f}/s)" if elapsed > 0 and chunks else ""
+        return Text(f"{chunks:,} chunks{rate}", style="progress.data.speed", no_wrap=True)
 
 
 class _ProgressBar:
-    """A :mod:`rich` progress bar over files on stderr; every method is a no-op when progress is off."""
+    """A :mod:`rich` progress bar on stderr: bytes read (with rate and ETA), files done, chunks written
+    (with rate). Every method is a no-op when progress is off."""
 
-    def __init__(self, show: bool | None, *, total: int) -> None:
+    def __init__(self, show: bool | None, *, files: int, total_bytes: int) -> None:
         if show is None:
             show = sys.stderr.isatty()
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._files, self._done, self._chunks = files, 0, 0
         if show:
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("files"),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TextColumn("{task.fields[done]}/{task.fields[files]} files"),
+                _ChunksColumn(),
+                TimeRemainingColumn(),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
             )
-            self._task = self._progress.add_task("Indexing", total=total)
+            self._task = self._progress.add_task("Indexing", total=total_bytes, done=0, files=files, chunks=0)
 
     def __enter__(self) -> _ProgressBar:
         if self._progress is not None:
@@ -646,23 +720,16 @@ class _ProgressBar:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, description=description)
 
-    def advance(self) -> None:
+    def file_done(self, size: int) -> None:
+        """One more file handled (indexed, unchanged, skipped or failed): ``size`` bytes at discovery."""
+        self._done += 1
         if self._progress is not None and self._task is not None:
-            self._progress.advance(self._task)
+            self._progress.update(self._task, advance=size, done=self._done)
 
-
-def _read_limited(source: _Source, limit: int) -> bytes:
-    """A file's bytes, refused before reading when it is larger than ``limit`` (runs in a worker thread)."""
-    try:
-        with source.path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > limit:
-                raise IngestionError(
-                    f"{source.source_uri}: {size:,} bytes, over the limit of {limit:,} (max_file_bytes); skipped"
-                )
-            return handle.read(limit + 1)
-    except OSError as exc:
-        raise IngestionError(f"{source.path}: cannot read ({exc.strerror or exc})") from exc
+    def chunks_written(self, count: int) -> None:
+        self._chunks += count
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, chunks=self._chunks)
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:
@@ -706,49 +773,3 @@ def _under_roots(uri: str, state: _Run) -> bool:
     if any(absolute.startswith(prefix) for prefix in state.root_prefixes):
         return True
     return any(absolute == root or absolute.startswith(root + "#") for root in state.root_uris)
-
-
-def source_uri_of(path: Path) -> str:
-    """A file's ``source_uri``: its path relative to the working directory when under it, else absolute."""
-    resolved = path.resolve()
-    try:
-        return resolved.relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return resolved.as_posix()
-
-
-def _discover(paths: list[Path], state: _Run) -> list[_Source]:
-    """The supported files under ``paths`` (runs in a worker thread); records skips and bad paths."""
-    sources: list[_Source] = []
-
-    seen: set[Path] = set()
-
-    def consider(path: Path, uri: str) -> None:
-        resolved = path.resolve()
-        if resolved in seen:  # named twice (a folder and a file in it): index it once
-            return
-        seen.add(resolved)
-        kind = file_kind(path)
-        if kind is None:
-            state.files_skipped += 1
-            state.skipped.append(str(path))
-        else:
-            sources.append(_Source(path=path, source_uri=uri, kind=kind))
-
-    for root in paths:
-        if root.is_dir():
-            state.root_prefixes.add(root.resolve().as_posix().rstrip("/") + "/")
-            for directory, dirnames, filenames in os.walk(root):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                for name in sorted(filenames):
-                    if name.startswith("."):
-                        continue
-                    path = Path(directory, name)
-                    consider(path, source_uri_of(path))
-        elif root.is_file():
-            state.root_uris.add(root.resolve().as_posix())
-            consider(root, source_uri_of(root))
-        else:
-            message = f"{root}: no such file or directory"
-            state.errors.append(IngestionFailure(path=str(root), message=message))
-    return sources

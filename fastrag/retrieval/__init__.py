@@ -1,5 +1,12 @@
 """Retrievers: dense k-NN, BM25, hybrid fusion, reranking, language-aware, path filtering, tenant scoping;
-results with a status; tracing hits back to their original sections."""
+results with a status; tracing hits back to their original sections.
+
+``LinguaLanguageDetector`` (defined in :mod:`fastrag.language`) is importable from here too, as the original
+retrieval docs import it; it loads on first use, and Lingua itself only when a detector is built.
+"""
+
+import importlib
+from typing import Any
 
 from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
@@ -22,6 +29,7 @@ __all__ = [
     "GroupingRetriever",
     "HybridRetriever",
     "LanguageAwareRetriever",
+    "LinguaLanguageDetector",
     "ParentDocument",
     "PathFilterRetriever",
     "ReciprocalRankFusion",
@@ -37,3 +45,19 @@ __all__ = [
     "merge_chunks",
     "retrieve_result",
 ]
+
+# Names that load their module on first use (PEP 562): fastrag.language is where the detector lives.
+_LAZY: dict[str, str] = {"LinguaLanguageDetector": "fastrag.language"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

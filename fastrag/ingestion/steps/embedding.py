@@ -1,10 +1,10 @@
 """Dense embedders for ingestion and querying.
 
 :class:`Model2VecEmbedder` runs a `Model2Vec <https://github.com/MinishLab/model2vec>`_ static model
-locally (needs the ``model2vec`` extra: ``pip install "fastrag-retrieval[model2vec]"``). By default it loads the
-model folder shipped inside fastrag, ``fastrag/data/static-minilm-d256`` (256 dimensions, distilled from
-all-MiniLM-L6-v2; provenance, licence and measured quality in that folder's ``README.md``), so it works
-offline with no download.
+locally. By default it loads the model folder shipped inside fastrag, ``fastrag/data/static-minilm-d256``
+(256 dimensions, distilled from all-MiniLM-L6-v2; provenance, licence and measured quality in that folder's
+``README.md``), so it works offline with no download and with the default install (``pip install
+fastrag-retrieval``, no extra).
 
 A local folder in model2vec's own layout (``config.json``, ``model.safetensors`` holding only the
 ``embeddings`` matrix, ``tokenizer.json``), as the shipped model is, is read directly with ``safetensors``
@@ -12,7 +12,9 @@ and ``tokenizers`` and encoded here exactly as model2vec 0.10's ``StaticModel.en
 model2vec's import of ``huggingface_hub`` and its model-card code, which took most of a cold ``fastrag
 search``. Any other model (a hub id, a sentence-transformers layout, a vocabulary-quantized or weighted
 model, an int8 matrix, a config this module does not know) is loaded by ``model2vec.StaticModel``, and the
-reason is logged at INFO level on the ``fastrag.ingestion.steps.embedding`` logger.
+reason is logged at INFO level on the ``fastrag.ingestion.steps.embedding`` logger; only those need the
+``model2vec`` extra (``pip install "fastrag-retrieval[model2vec]"``). ``safetensors`` and ``tokenizers`` are core
+dependencies.
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ __all__ = ["DEFAULT_MODEL", "Model2VecEmbedder", "l2_normalize"]
 DEFAULT_MODEL: Path = Path(__file__).resolve().parents[2] / "data" / "static-minilm-d256"
 """The Model2Vec model folder shipped with fastrag: 256 dimensions, offline, Apache-2.0."""
 
-_INSTALL_HINT = 'Model2VecEmbedder needs the model2vec package: pip install "fastrag-retrieval[model2vec]"'
+_INSTALL_HINT = 'this model needs the model2vec package: pip install "fastrag-retrieval[model2vec]"'
+# safetensors and tokenizers are core dependencies: missing, the installation itself is broken
+_CORE_HINT = ("Model2VecEmbedder needs safetensors and tokenizers, dependencies of fastrag-retrieval: "
+              'reinstall it (pip install --force-reinstall "fastrag-retrieval")')
 # A Hugging Face Hub id: "name" or "owner/name", made of letters, digits, "-", "_" and ".".
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
@@ -92,7 +97,8 @@ class Model2VecEmbedder:
     loads through ``StaticModel.from_pretrained`` (see the module docstring).
 
     Raises:
-        ConfigurationError: the ``model2vec`` package is not installed.
+        ConfigurationError: ``model`` is a hub id and the ``model2vec`` package is not installed (a local
+            folder that only model2vec reads raises it when the model loads).
         InvalidParameterError: ``batch_size`` or ``max_concurrency`` is not positive.
     """
 
@@ -105,8 +111,6 @@ class Model2VecEmbedder:
             isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency <= 0
         ):
             raise InvalidParameterError(f"max_concurrency must be a positive integer or None, got {max_concurrency!r}")
-        if importlib.util.find_spec("model2vec") is None:
-            raise ConfigurationError(_INSTALL_HINT)
         self._batch_size = batch_size
         self._limiter = anyio.CapacityLimiter(max_concurrency) if max_concurrency is not None else None
         self._local: Path | None
@@ -119,6 +123,8 @@ class Model2VecEmbedder:
                 self._local, self._hub_id = Path(model).expanduser(), None
             else:
                 self._local, self._hub_id = None, model
+                if importlib.util.find_spec("model2vec") is None:  # only model2vec reads hub models
+                    raise ConfigurationError(f"hub model {model!r}: {_INSTALL_HINT}")
         else:
             raise InvalidParameterError(f"model must be a folder path or a hub id, got {model!r}")
         self._model: _StaticEncoder | None = None
@@ -161,7 +167,8 @@ class Model2VecEmbedder:
         Raises:
             EmbeddingError: the folder is missing or is not a Model2Vec model, or the hub id cannot be
                 resolved; the message names the path or id. The embedder is closed.
-            ConfigurationError: ``model2vec`` cannot be imported.
+            ConfigurationError: the model needs ``model2vec`` and it cannot be imported, or ``safetensors``
+                or ``tokenizers`` cannot be.
         """
         if self._model is not None and not self._closed:
             return
@@ -256,7 +263,7 @@ class Model2VecEmbedder:
                     logger.info("%s: %s; loading it with model2vec.StaticModel", where, reason)
                     model = _Model2VecModel.load(self._local, where)
                 except ImportError as exc:
-                    raise ConfigurationError(_INSTALL_HINT) from exc
+                    raise ConfigurationError(_CORE_HINT) from exc
                 except EmbeddingError:
                     raise
                 except Exception as exc:  # safetensors, tokenizers, JSON and OS errors share no base
@@ -304,7 +311,7 @@ class _Model2VecModel:
         try:
             from model2vec import StaticModel
         except ImportError as exc:
-            raise ConfigurationError(_INSTALL_HINT) from exc
+            raise ConfigurationError(f"{where}: {_INSTALL_HINT}") from exc
         try:
             return cls(StaticModel.from_pretrained(source, force_download=False))
         except Exception as exc:  # model2vec, safetensors, tokenizers and hub errors share no base
