@@ -162,11 +162,14 @@ def main() -> None:
                    'Lingua (pip install "fastrag-retrieval[language]").')
 @click.option("--max-file-size", "max_file_size", default="100MiB", show_default=True, metavar="SIZE",
               help="Skip (and name) files larger than this: bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
-@click.option("--verbose", "-v", is_flag=True, help="Name every skipped file with the reason, and every file indexed.")
+@click.option("--verbose", "-v", is_flag=True, help="Name every skipped file with the reason.")
+@click.option("--lock-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to wait while another `fastrag index` writes to the same SQLite store; then exit 3.")
 @_embedder_options
 def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, embedding_cache: str | None,
           chunk_size: int, chunk_overlap: int | None, prune: bool, lexical_store_url: str | None,
-          language: str | None, max_file_size: str, verbose: bool, embedder_options: dict[str, Any]) -> None:
+          language: str | None, max_file_size: str, verbose: bool, lock_timeout: float,
+          embedder_options: dict[str, Any]) -> None:
     """Index .txt, .md, .html, .pdf, .docx files and BEIR corpus.jsonl files under PATHS (folders are walked).
 
     PDF and Word files need their extras (pip install "fastrag-retrieval[pdf,docx]"); one that cannot be
@@ -175,6 +178,9 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
     folders are skipped, as are unsupported types, empty files and files over --max-file-size; the summary
     names each skipped path and why (the first 20; --verbose names all). Files deleted since they were
     indexed stay searchable until a run with --prune; the summary says when there are some.
+
+    Two runs into one SQLite store take turns: the second waits (saying so) until the first finishes, at
+    most --lock-timeout seconds, then exits 3 naming the store.
     """
     from fastrag.ingestion import CachedEmbedder, Chunker, EmbeddingCache, IngestionPipeline
     from fastrag.ingestion.sources import printable_path
@@ -189,6 +195,7 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
         overlap = chunk_overlap if chunk_overlap is not None else min(100, max(chunk_size, 0) // 10)
         chunker = Chunker(chunk_size=chunk_size, chunk_overlap=overlap)
         async with AsyncExitStack() as stack:
+            await stack.enter_async_context(_index_lock(settings, timeout=lock_timeout))
             embedder = await stack.enter_async_context(open_embedder(settings.embedding_model, settings=settings))
             store, lexical = await stack.enter_async_context(open_stores(settings, embedding_model=embedder.name))
             cache_path = embedding_cache_path(settings, embedder_kind=_embedder_kind(embedder))
@@ -278,6 +285,68 @@ async def _question_language(lexical: Any, language: str | None) -> dict[str, An
     from fastrag.language import LinguaLanguageDetector
 
     return {"detector": LinguaLanguageDetector(held)}
+
+
+@asynccontextmanager
+async def _index_lock(settings: Settings, *, timeout: float) -> AsyncIterator[None]:
+    """Hold an exclusive lock on each SQLite store file ``index`` writes to, for the whole run.
+
+    Two writers interleaving batches in one SQLite file each wait on the other's transactions and segment
+    merges; past the busy timeout one fails mid-run (issue 13.4). So runs take turns: ``flock`` on
+    ``<store>.index-lock`` (released by the kernel if the process dies), polled every 0.2 s up to
+    ``timeout`` seconds. Remote stores serve concurrent writers themselves and take no lock.
+
+    Raises:
+        BackendUnavailableError: another run held the lock for ``timeout`` seconds (exit 3).
+    """
+    import fcntl
+    import os
+    import time
+
+    from fastrag.config import sqlite_path
+    from fastrag.errors import BackendUnavailableError
+
+    files: list[tuple[str, str]] = []  # (url, path) of each SQLite file written
+    for url in dict.fromkeys(u for u in (settings.store, settings.lexical_store) if u):
+        try:
+            path = sqlite_path(url)
+        except ConfigurationError:
+            continue  # a remote store (or a bad URL, which opening the store reports)
+        if path != ":memory:":
+            files.append((url, path))
+    handles = []
+    try:
+        for url, path in files:
+            lock_path = Path(f"{path}.index-lock")
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            handle = lock_path.open("a+")
+            handles.append(handle)
+            deadline, told = time.monotonic() + timeout, False
+            while True:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not told:
+                        handle.seek(0)
+                        holder = handle.read().strip() or "another process"
+                        click.echo(f"waiting: another `fastrag index` ({holder}) is writing to {url}; this run starts "
+                                   f"when it ends (at most {timeout:g} s, --lock-timeout)", err=True)  # fmt: skip
+                        told = True
+                    if time.monotonic() >= deadline:
+                        raise BackendUnavailableError(
+                            f"another `fastrag index` has been writing to this store for over {timeout:g} s "
+                            f"(lock {lock_path}); try again when it ends, or raise --lock-timeout", store=url,
+                        ) from None
+                    await anyio.sleep(0.2)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()}")
+            handle.flush()
+        yield
+    finally:
+        for handle in handles:
+            handle.close()  # closing releases the flock
 
 
 _SKIPPED_SHOWN = 20  # skipped paths the index summary names without --verbose

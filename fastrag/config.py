@@ -282,7 +282,8 @@ def open_store(  # noqa: ANN201
 
     Raises:
         ConfigurationError: unknown scheme, a missing extra, or settings that differ from the store's.
-        BackendUnavailableError: the store cannot be opened, or does not exist and ``create`` is false.
+        BackendUnavailableError: the store cannot be opened, or does not exist and ``create`` is false, or
+            (SQLite, ``create`` false) its file is empty: 0 bytes is no index, not an empty one.
     """
     scheme = urlparse(url).scheme
     if scheme in _REMOTE_SCHEMES:
@@ -295,8 +296,17 @@ def open_store(  # noqa: ANN201
     from fastrag.vector_store.sqlite import SQLiteVectorStore
 
     path = sqlite_path(url)
-    if not create and path != ":memory:" and not Path(path).is_file():
-        raise BackendUnavailableError("no index here yet; run `fastrag index PATH` first", store=url)
+    if not create and path != ":memory:":
+        if not Path(path).is_file():
+            raise BackendUnavailableError("no index here yet; run `fastrag index PATH` first", store=url)
+        wal = Path(f"{path}-wal")
+        if Path(path).stat().st_size == 0 and not (wal.is_file() and wal.stat().st_size > 0):
+            # SQLite would open it as a new, empty database: lost data would read as "no match"
+            raise BackendUnavailableError(
+                f"the store file {path} is empty (0 bytes): it holds no index (its data is lost, or it was never "
+                "written); rebuild it with `fastrag index PATH`",
+                store=url,
+            )
     return SQLiteVectorStore(path, embedding_model=embedding_model, dimension=dimension)
 
 

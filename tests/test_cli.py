@@ -220,6 +220,44 @@ def test_real_process_index_of_hostile_paths_indexes_every_regular_file(tmp_path
     assert json.loads(found.stdout)["documents"][0]["metadata"]["source_uri"] == "hostile/caf\\xe9.md"
 
 
+def test_two_indexers_into_one_store_both_finish(tmp_path: Path) -> None:
+    # issue 13.4: two concurrent `fastrag index` runs on one SQLite store; the second used to fail mid-run
+    # with a bare anyio.BrokenResourceError (exit 1). Now they take turns and both finish.
+    for folder in ("a", "b"):
+        write_files(tmp_path, {f"{folder}/f{i:03d}.md": f"# {folder}{i}\n\nField report {folder} number {i}.\n"
+                               for i in range(100)})  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_")}
+    runs = [subprocess.Popen([sys.executable, "-m", "fastrag.cli", "index", folder], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for folder in ("a", "b")]  # fmt: skip
+    outputs = [run.communicate(timeout=300) for run in runs]
+    for run, (out, err) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, err
+        assert "indexed 100 files (100 chunks)" in out and "Traceback" not in err
+    check = run_process("search", "field report", "--mode", "keyword", "--json", "--top-k", "1", cwd=tmp_path)
+    assert check.returncode == 0
+    count = run_process("index", "a", "b", cwd=tmp_path)
+    assert "indexed 0 files (0 chunks), 200 unchanged" in count.stdout and "the store holds 200 chunks" in count.stdout
+
+
+def test_an_indexer_waiting_past_the_lock_timeout_exits_3_naming_the_store(tmp_path: Path) -> None:
+    import fcntl
+
+    write_files(tmp_path, FILES)
+    lock = tmp_path / ".fastrag" / "fastrag.db.index-lock"
+    lock.parent.mkdir()
+    with lock.open("a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # another run is writing
+        held.write("pid 4242")
+        held.flush()
+        result = run_process("index", "notes", "--lock-timeout", "0.5", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert "waiting: another `fastrag index` (pid 4242) is writing to sqlite:///.fastrag/fastrag.db" in result.stderr
+    assert "store failed" in result.stderr and "--lock-timeout" in result.stderr
+    assert "indexed" not in result.stdout
+    after = run_process("index", "notes", cwd=tmp_path)  # released: the next run goes ahead
+    assert after.returncode == 0 and "indexed 3 files" in after.stdout
+
+
 def test_index_into_a_corrupt_store_exits_3_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_files(tmp_path, FILES)
     (tmp_path / "broken.db").write_bytes(b"this is not a SQLite database " * 200)
@@ -483,6 +521,36 @@ def test_corrupt_store_exits_3_naming_it(tmp_path: Path, monkeypatch: pytest.Mon
     result = cli("search", "lava", "--mode", mode)
     assert result.exit_code == 3
     assert ".fastrag/fastrag.db" in result.stderr
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_a_zero_byte_store_exits_3_naming_it_never_no_match(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    # issue 13.7: SQLite opens a 0-byte file as a new, empty database: lost data read as "No documents matched."
+    store = tmp_path / ".fastrag" / "fastrag.db"
+    store.parent.mkdir()
+    store.write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    result = cli("search", "lava", "--mode", mode)
+    assert result.exit_code == 3, result.output
+    assert ".fastrag/fastrag.db" in result.stderr and "empty (0 bytes)" in result.stderr
+    assert "No documents matched" not in result.stdout
+    assert store.stat().st_size == 0  # looking did not turn it into a store
+
+
+def test_a_damaged_store_exits_3_naming_it(in_index: Path) -> None:
+    store = in_index / ".fastrag" / "fastrag.db"
+    backup = store.read_bytes()
+    try:
+        for position in range(4096, len(backup), 4096):  # the start of every page after the first
+            damaged = bytearray(backup)
+            damaged[position + 8] ^= 0xFF
+            store.write_bytes(bytes(damaged))
+            result = cli("search", "lava", "--mode", "keyword")
+            assert result.exit_code in (0, 3), (position, result.output)
+            if result.exit_code == 3:
+                assert ".fastrag/fastrag.db" in result.stderr and "Traceback" not in result.output
+    finally:
+        store.write_bytes(backup)
 
 
 def test_search_with_another_embedding_model_than_the_index_exits_1(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import doctest
+import html
 import importlib
 import importlib.util
 import json
@@ -449,6 +450,20 @@ def test_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert proc.returncode == 0, "\n".join(problems) or _tail(proc.stderr)
     assert (tmp_path / "site" / "index.html").is_file()
     assert (tmp_path / "site" / "api" / "filters" / "index.html").is_file()
+    # issue 16.10: API signatures are formatted one parameter per line (mkdocstrings needs ruff or black,
+    # which the docs extra installs), and every page loads the stylesheet that wraps long code lines
+    page = (tmp_path / "site" / "api" / "ingestion" / "index.html").read_text(encoding="utf-8")
+    signatures = [html.unescape(re.sub(r"<[^>]+>", "", body))
+                  for body in re.findall(r'class="doc-signature highlight"><pre><span></span><code>(.*?)</code>', page, re.S)]  # fmt: skip
+    pipeline = next(s for s in signatures if s.startswith("IngestionPipeline("))
+    assert "\n    embedder: Embedder,\n" in pipeline, pipeline
+    assert "stylesheets/extra.css" in page
+    assert "white-space: pre-wrap" in (tmp_path / "site" / "stylesheets" / "extra.css").read_text(encoding="utf-8")
+
+
+def test_the_docs_extra_installs_a_signature_formatter() -> None:
+    docs_extra = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]["docs"]
+    assert any(dep.split(">")[0].split("=")[0].strip() in ("ruff", "black") for dep in docs_extra)
 
 
 def test_api_reference_covers_every_public_module() -> None:

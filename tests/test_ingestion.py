@@ -763,3 +763,32 @@ async def test_the_progress_bar_counts_bytes_files_and_chunks(
     drawn = capsys.readouterr().err
     assert "2.0/2.0 kB" in drawn and "2/2 files" in drawn
     assert re.search(r"\b11 chunks \([\d,]+/s\)", drawn), drawn
+
+
+class LockedStore(InMemoryStore):
+    """Its second write fails as SQLite does when another writer holds the lock past the busy timeout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
+        self.writes += 1
+        if self.writes == 2:
+            from fastrag.errors import TransientBackendError
+
+            raise TransientBackendError("SQLite database is busy: database is locked", store="locked.db")
+        await super().upsert(documents, embeddings=embeddings)
+
+
+@pytest.mark.anyio
+async def test_a_store_write_failure_surfaces_as_the_stores_error_not_a_broken_queue(tmp_path: Path) -> None:
+    # issue 13.4: the writer failed while the producer waited on the queue, and the run raised a bare
+    # anyio.BrokenResourceError (no message, no cause): the CLI printed a traceback and exited 1, not 3
+    from fastrag.errors import TransientBackendError
+
+    for i in range(40):
+        write(tmp_path, f"f{i:02d}.txt", f"file number {i}")
+    with pytest.raises(TransientBackendError, match="database is locked") as info:
+        await pipeline(LockedStore(), batch_size=1).run([tmp_path])
+    assert info.value.store == "locked.db"

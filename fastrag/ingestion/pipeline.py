@@ -47,7 +47,7 @@ from rich.progress import (
 from rich.text import Text
 
 from fastrag.analysis import primary_language
-from fastrag.errors import ConfigurationError, IngestionError, InvalidParameterError
+from fastrag.errors import ConfigurationError, FastragError, IngestionError, InvalidParameterError
 from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
 from fastrag.ingestion.chunking import Chunker
@@ -407,7 +407,7 @@ class IngestionPipeline:
                             bar.file_done(source.size)
                         await self._flush(state, send)
             except BaseExceptionGroup as group_error:
-                failure = _first_leaf(group_error)
+                failure = _root_cause(group_error)
             if failure is not None:
                 raise failure  # the store's or embedder's own error, not a task-group wrapper
             if prune:
@@ -732,10 +732,22 @@ class _ProgressBar:
             self._progress.update(self._task, chunks=self._chunks)
 
 
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
-    """The first exception in a (possibly nested) exception group."""
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+def _root_cause(group: BaseExceptionGroup) -> BaseException:
+    """The error that failed the run, out of the task group's: the store's or embedder's own error, not the
+    ``BrokenResourceError`` the producer then gets from the writer's closed queue (issue 13.4), nor a
+    cancellation; else the first."""
+    leaves = _leaves(group)
+    secondary = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.get_cancelled_exc_class())
+    return next((e for e in leaves if isinstance(e, FastragError)), None) or next(
+        (e for e in leaves if not isinstance(e, secondary)), leaves[0]
+    )
 
 
 def _ellipsize(text: str, width: int = 40) -> str:

@@ -80,6 +80,7 @@ from fastrag.errors import (
     BackendUnavailableError,
     ConfigurationError,
     DimensionMismatchError,
+    FastragError,
     InvalidParameterError,
     TransientBackendError,
 )
@@ -123,6 +124,18 @@ __all__ = ["SQLiteVectorStore"]
 logger = logging.getLogger("fastrag.vector_store")
 
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+# What reading a damaged file can raise in our own decoding (packed arrays, JSON, text) once SQLite has
+# handed back bytes that are not what was written: a row id past an array, an unknown key, bad UTF-8, a
+# BLOB where text was stored.
+_CORRUPT_DATA = (LookupError, ValueError, TypeError, OverflowError)
+
+
+def _corrupt(exc: BaseException) -> str:
+    return (
+        f"the store file looks damaged: reading it failed with {type(exc).__name__}: {exc}; restore it from a "
+        "backup or rebuild it with `fastrag index`"
+    )
 _BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLITE_BUSY
 _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
 _VECTOR_INDEXES = ("exact", "hnsw", "pq")
@@ -233,6 +246,14 @@ class SQLiteVectorStore:
         self._postings = lexical.PostingsCache()  # hot terms' postings rows, valid across states
         self._conn = self._open()
         try:
+            self._check_opened(dimension, embedding_model)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _check_opened(self, dimension: int | None, embedding_model: str | None) -> None:
+        """Check the file's recorded settings against ours, and record what is missing (constructor)."""
+        try:
             self.dimension: int | None = self._check_meta("dimension", dimension, int)
             self.embedding_model: str | None = self._check_meta("embedding_model", embedding_model, str)
             self._check_meta("analyzer_language", self.analyzer.language or "none", str)
@@ -240,9 +261,10 @@ class SQLiteVectorStore:
             self._check_analysis()
             self._stored_languages(self._conn)  # recorded once for a file from before the record
             self._store_id = self._check_meta("store_id", None, str) or self._new_store_id()
-        except BaseException:
-            self._conn.close()
+        except FastragError:
             raise
+        except (sqlite3.Error, *_CORRUPT_DATA) as exc:  # a damaged file can fail anywhere in these reads
+            raise BackendUnavailableError(f"cannot open SQLite store {self.path}: {_corrupt(exc)}", store=self.path) from exc
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -278,6 +300,8 @@ class SQLiteVectorStore:
                 raise
         except (sqlite3.Error, OSError) as exc:
             raise BackendUnavailableError(f"cannot open SQLite store: {exc}", store=path) from exc
+        except _CORRUPT_DATA as exc:  # e.g. a damaged header decoded as text
+            raise BackendUnavailableError(f"cannot open SQLite store {path}: {_corrupt(exc)}", store=path) from exc
         return conn
 
     def _check_meta(self, key: str, wanted: Any, kind: type) -> Any:
@@ -479,6 +503,9 @@ class SQLiteVectorStore:
         """Our error for a SQLite failure: busy or locked past the timeout is transient."""
         if isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES:
             return TransientBackendError(f"SQLite database is busy: {exc}", store=self.path)
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _DAMAGED_CODES:
+            return BackendError(f"SQLite error: {exc}: the store file is damaged; restore it from a backup or "
+                                "rebuild it with `fastrag index`", store=self.path)  # fmt: skip
         return BackendError(f"SQLite error: {exc}", store=self.path)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -492,6 +519,10 @@ class SQLiteVectorStore:
                     return fn(*args)
                 except sqlite3.Error as exc:
                     raise self._error(exc) from exc
+                except FastragError:
+                    raise
+                except _CORRUPT_DATA as exc:
+                    raise BackendError(_corrupt(exc), store=self.path) from exc
 
         return await anyio.to_thread.run_sync(call)
 
@@ -515,8 +546,14 @@ class SQLiteVectorStore:
             return result
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
-        except Exception:
+        except FastragError:
             healthy = not conn.in_transaction  # our own error (a bad filter): the connection is fine
+            raise
+        except _CORRUPT_DATA as exc:
+            healthy = not conn.in_transaction
+            raise BackendError(_corrupt(exc), store=self.path) from exc
+        except Exception:
+            healthy = not conn.in_transaction
             raise
         finally:
             self._checkin(conn, healthy=healthy)
