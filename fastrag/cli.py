@@ -318,8 +318,11 @@ async def _index_lock(settings: Settings, *, timeout: float) -> AsyncIterator[No
     try:
         for url, path in files:
             lock_path = Path(f"{path}.index-lock")
-            lock_path.parent.mkdir(parents=True, exist_ok=True)
-            handle = lock_path.open("a+")
+            try:
+                lock_path.parent.mkdir(parents=True, exist_ok=True)
+                handle = lock_path.open("a+")
+            except OSError:
+                continue  # no folder for the store either: opening it reports that, naming the store
             handles.append(handle)
             deadline, told = time.monotonic() + timeout, False
             while True:
