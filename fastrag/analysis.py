@@ -6,7 +6,8 @@ always agree. Steps, in order:
 1. Unicode NFKC normalisation, then lower case by the language's rules: case folding
    (``"Straße"`` -> ``"strasse"``, final ``"ς"`` -> ``"σ"``), except that Turkish and Azerbaijani lower
    ``"I"`` to dotless ``"ı"`` and ``"İ"`` to ``"i"``; in every other language ``"İ"`` becomes ``"i"`` too
-   (case folding alone would give ``"i"`` plus a combining dot).
+   (case folding alone would give ``"i"`` plus a combining dot). In Turkish and Azerbaijani the suffix
+   after an apostrophe is dropped (``"İstanbul'da"`` -> ``istanbul``), as Lucene's Turkish analysis does.
 2. Words are maximal runs of Unicode word characters: letters, combining marks, decimal digits and the
    zero-width joiners (``\\w`` of the ``regex`` module, UTS #18), without ``_``. Combining marks stay
    inside their word in every script (UAX #29's rule WB4: a Devanagari vowel sign or virama, an Arabic
@@ -90,6 +91,7 @@ LANGUAGE_ALIASES: dict[str, str] = {"nb": "no", "nn": "no"}
 """Codes that share a Snowball stemmer with another: Norwegian Bokmål and Nynorsk use ``"no"``'s."""
 
 _DOTLESS_I_LANGUAGES = frozenset({"tr", "az"})  # I -> ı, İ -> i (Unicode SpecialCasing.txt, tr and az)
+_APOSTROPHE_SUFFIX = regex.compile(r"(?<=\w)['\u2019][^\W_]+")
 
 _CJK = (
     "\u3040-\u30ff"  # hiragana, katakana
@@ -183,7 +185,9 @@ class Analyzer:
         """``text`` NFKC-normalised and lower-cased by this analyzer's language (step 1 above)."""
         text = unicodedata.normalize("NFKC", text)
         if self._dotless_i:
-            return text.replace("I", "ı").replace("İ", "i").casefold()
+            # Turkish and Azerbaijani also write suffixes after an apostrophe on names ("İstanbul'da"):
+            # they are dropped, as Lucene's TurkishAnalyzer does (ApostropheFilter)
+            return _APOSTROPHE_SUFFIX.sub("", text.replace("I", "ı").replace("İ", "i").casefold())
         text = text.casefold()
         return text.replace("i\u0307", "i") if "\u0307" in text else text
 

@@ -92,7 +92,7 @@ WORDS: dict[str, list[list[str]]] = {
         ["η", "αθήνα", "είναι", "η", "πρωτεύουσα", "τησ", "ελλάδασ"],
     ],
     "tr": [
-        ["istanbul", "türkiye", "nin", "en", "kalabalık", "şehridir"],
+        ["istanbul", "türkiye", "en", "kalabalık", "şehridir"],  # the suffix after the apostrophe dropped
         ["ışık", "ve", "ısı", "fiziğin", "iki", "konusudur"],
         ["öğrenciler", "kütüphanede", "kitap", "okuyorlar"],
     ],

@@ -80,6 +80,9 @@ def test_indic_words_are_not_cut_at_vowel_signs() -> None:
 def test_turkish_dotted_and_dotless_i() -> None:
     turkish = Analyzer("tr", stem=False)
     assert turkish.analyze("İstanbul IŞIK ısı İKİ") == ["istanbul", "ışık", "ısı", "iki"]
+    # a suffix written after an apostrophe on a name is no word of its own (Lucene's ApostropheFilter)
+    assert turkish.analyze("İstanbul'da Ankara’nın") == ["istanbul", "ankara"]
+    assert Analyzer("en", stem=False).analyze("Ankara'nın") == ["ankara", "nın"]
     assert Analyzer(None, stem=False).for_language("az").analyze("İlham") == ["ilham"]
     # other languages: İ is one letter i, not "i" plus a dot nor a word break (was: "i", "stanbul")
     assert Analyzer("en", stem=False).analyze("İstanbul Istanbul") == ["istanbul", "istanbul"]

@@ -22,7 +22,9 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
   480 ns per posting to read and made a 300,000-chunk search 12-19x slower than bm25s.
 - **Languages**: a document whose ``metadata["language"]`` is set is analysed with that language's
   Snowball stemmer (:meth:`~fastrag.analysis.Analyzer.for_language`); one without with the store's
-  analyzer (English by default). ``search_text(..., language="de")`` analyses the question in German.
+  analyzer (English by default). ``search_text(..., language="de")`` analyses the question in German;
+  without a language, in each language the store's documents were analysed in (:meth:`languages`,
+  recorded in ``meta``), the terms searched together.
 - **k-NN** is exact: one matrix product over the vectors, which a reader keeps in memory as one float32
   matrix (the read-only floor: the scan reads each vector once). Documents without a vector, deleted
   ones and (with a filter) non-matching ones are masked out before the top-k cut, so a filtered top-k is
