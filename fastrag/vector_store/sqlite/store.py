@@ -23,7 +23,7 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
 - **Languages**: a document whose ``metadata["language"]`` is set is analysed with that language's
   Snowball stemmer (:meth:`~fastrag.analysis.Analyzer.for_language`); one without with the store's
   analyzer (English by default). ``search_text(..., language="de")`` analyses the question in German;
-  without a language, in each language the store's documents were analysed in (:meth:`languages`,
+  without a language, in each language the store's documents were analysed in (``languages()``,
   recorded in ``meta``), the terms searched together.
 - **k-NN** is exact: one matrix product over the vectors, which a reader keeps in memory as one float32
   matrix (the read-only floor: the scan reads each vector once). Documents without a vector, deleted
