@@ -534,6 +534,52 @@ async def test_server_going_away_is_unavailable(tmp_path):
             _stop(proc)
 
 
+_ORPHAN = """
+import sys, time
+from fastrag.testing.milvus_server import start_milvus
+proc, url = start_milvus(sys.argv[1])
+print(proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is alive (an exited process that nothing reaped yet, a zombie, is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc: trust kill(0)
+
+
+def test_a_test_server_never_outlives_the_process_that_started_it(tmp_path):
+    """The Milvus server a test run starts goes away with that run even when the run is killed (SIGKILL): it
+    watches a lock file the run holds."""
+    child = subprocess.Popen([sys.executable, "-c", _ORPHAN, str(tmp_path / "orphan.db")], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        server_pid = int(child.stdout.readline())
+        os.kill(server_pid, 0)  # it runs
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if not _running(server_pid):
+                return
+            time.sleep(0.1)
+        os.kill(server_pid, 9)
+        pytest.fail("the Milvus server outlived the killed process that started it")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+
+
 @pytest.mark.anyio
 async def test_closed_store_raises_and_close_is_idempotent(lite_store):
     store = lite_store()

@@ -13,6 +13,7 @@ BM25 function and ``hybrid_search``::
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -21,8 +22,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 __all__ = ["milvus_binary", "milvus_server", "start_milvus", "stop_process"]
+
+_LOCKS: dict[int, Any] = {}
+"""The lock file each running server watches, by process id (see :func:`start_milvus`)."""
 
 
 def milvus_binary() -> Path:
@@ -66,7 +71,8 @@ def milvus_server(data_file: str | os.PathLike[str], *, startup_timeout: float =
 
 def start_milvus(data_file: str | os.PathLike[str], *, startup_timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
     """Start Milvus 2.5 serving ``data_file`` on a free 127.0.0.1 port; return the process and its URL once a
-    client gets an answer. Stop it with :func:`stop_process`.
+    client gets an answer. Stop it with :func:`stop_process`; it also exits by itself when this process ends,
+    however it ends (it watches a lock file this process holds).
 
     Args:
         data_file: the data file (created if missing; its folder must exist). Its name must match
@@ -79,13 +85,29 @@ def start_milvus(data_file: str | os.PathLike[str], *, startup_timeout: float = 
     """
     binary = milvus_binary()
     port = _free_port()
+    data = Path(data_file).resolve()
+    # The binary's optional fifth argument is a lock file it watches: it exits once no process holds the lock.
+    # This process holds it, so the server goes away with this process even when it is killed (SIGKILL,
+    # a crashed test run) and never outlives the tests.
+    lock_path = data.parent / f".{data.name}.server.lock"
+    lock = open(lock_path, "a")  # noqa: SIM115 - held for the server's life, closed by stop_process
+    try:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        lock.close()
+        raise RuntimeError(f"{data} is already served by another process (lock {lock_path})") from exc
     env = dict(os.environ, LD_LIBRARY_PATH=f"{binary.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    proc = subprocess.Popen(
-        [str(binary), str(Path(data_file).resolve()), f"127.0.0.1:{port}", "ERROR"],
-        cwd=str(Path(data_file).resolve().parent), env=env,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True,  # a Ctrl-C to the tests does not reach it before the cleanup
-    )
+    try:
+        proc = subprocess.Popen(
+            [str(binary), str(data), f"127.0.0.1:{port}", "ERROR", str(lock_path)],
+            cwd=str(data.parent), env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C to the tests does not reach it before the cleanup
+        )
+    except BaseException:
+        lock.close()
+        raise
+    _LOCKS[proc.pid] = lock
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_ready(proc, url, port, startup_timeout)
@@ -119,7 +141,10 @@ def _wait_until_ready(proc: subprocess.Popen, url: str, port: int, timeout: floa
 
 
 def stop_process(proc: subprocess.Popen) -> None:
-    """Stop a server process: SIGTERM, SIGKILL after 10 s; close its pipes. Idempotent."""
+    """Stop a server process: SIGTERM, SIGKILL after 10 s; close its pipes and release its lock. Idempotent."""
+    lock = _LOCKS.pop(proc.pid, None)
+    if lock is not None:
+        lock.close()  # releases the lock: the server exits by itself too
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
