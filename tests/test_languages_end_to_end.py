@@ -219,3 +219,22 @@ def test_cli_search_language_auto_detects_among_the_store_languages(tmp_path: Pa
                 "--language", "auto")
     assert found.exit_code == 0, found.output
     assert [d["id"] for d in json.loads(found.stdout)["documents"]][:1] == ["de"]
+
+
+def test_cli_index_language_auto_detects_each_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("lingua")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text(
+        "Die Verteidigung der Panthers gab nur 308 Punkte ab und belegte den sechsten Platz in der Liga.\n",
+        encoding="utf-8")
+    (tmp_path / "docs" / "b.txt").write_text(
+        "The Panthers defense gave up just 308 points, ranking sixth in the league.\n", encoding="utf-8")
+    (tmp_path / "docs" / "c.txt").write_text("पैंथर्स की रक्षा पंक्ति ने केवल 308 अंक दिए।\n", encoding="utf-8")
+    result = cli("index", "docs", "--language", "auto", "--store", "sqlite:///s.db")
+    assert result.exit_code == 0, result.output
+    assert "languages: de 1, en 1, hi 1" in result.stdout
+    found = cli("search", "Verteidigungen", "--store", "sqlite:///s.db", "--mode", "keyword", "--json")
+    assert [d["metadata"]["source_uri"] for d in json.loads(found.stdout)["documents"]] == ["docs/a.txt"]
+    hindi = cli("search", "पैंथर्स", "--store", "sqlite:///s.db", "--mode", "keyword", "--json")
+    assert [d["metadata"]["source_uri"] for d in json.loads(hindi.stdout)["documents"]] == ["docs/c.txt"]
