@@ -276,7 +276,8 @@ async def test_tenant_views_of_one_table_are_isolated(postgres_url: str, table: 
             assert [d.id for d in hits] == ["doc"] and owner in hits[0].content
             assert await view.count() == 1
         assert await alice.delete(ids=["doc"]) == 1
-        assert [d.id for d in await shared.get()] == ["bob::doc"]
+        assert [d.content for d in await shared.get()] == ["bob likes solar power too"]
+        assert [d.id for d in await bob.get()] == ["doc"]
 
 
 # ------------------------------------------------------------------------- outages, timeouts, retries
@@ -398,3 +399,17 @@ def test_missing_driver_is_a_configuration_error_with_the_install_command() -> N
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert 'pip install "fastrag-retrieval[postgres]"' in result.stdout
+
+
+@pytest.mark.anyio
+async def test_a_table_indexed_by_another_text_analysis_is_refused(postgres_url: str, table: str) -> None:
+    async with PgVectorStore(postgres_url, table=table) as store:
+        await store.upsert([Document(id="a", content="apples")])
+        assert await store.languages() == ("",)
+    await _sql(postgres_url, f"UPDATE {table}_meta SET value = 'fastrag-analysis/1' WHERE key = 'analysis'")
+    with pytest.raises(ConfigurationError, match="index the documents again"):
+        async with PgVectorStore(postgres_url, table=table):
+            pass
+    await _sql(postgres_url, f"DELETE FROM {table}")  # an empty table is simply stamped with this analysis
+    async with PgVectorStore(postgres_url, table=table) as store:
+        assert await store.count() == 0

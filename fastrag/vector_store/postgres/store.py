@@ -43,7 +43,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 import anyio
 import numpy as np
 
-from fastrag.analysis import Analyzer
+from fastrag.analysis import Analyzer, primary_language
 from fastrag.errors import (
     AuthenticationError,
     BackendError,
@@ -408,12 +408,32 @@ class PgVectorStore:
             self._check_setting("dimension", stored_dim, self.dimension)
             self._check_setting("analyzer_language", meta.get("analyzer_language"), self.analyzer.language or "none")
             self._check_setting("embedding_model", meta.get("embedding_model"), self.embedding_model)
+            await self._check_analysis(conn, meta.get("analysis", "fastrag-analysis/1"))
             if stored_dim is None and self.dimension is not None:
                 await self._fix_dimension(conn, self.dimension)
             self.dimension = stored_dim if stored_dim is not None else self.dimension
             if "embedding_model" not in meta and self.embedding_model is not None:
                 await self._set_meta(conn, "embedding_model", self.embedding_model)
             self.embedding_model = meta.get("embedding_model", self.embedding_model)
+
+    async def _check_analysis(self, conn: Any, stored: str) -> None:
+        """Refuse a store whose BM25 terms were made by another text analysis (``Analyzer.signature``): its
+        postings would not match this fastrag's query terms. An empty store is stamped with the current one."""
+        signature = self.analyzer.signature
+        if stored == signature:
+            return
+        row = await (await conn.execute(self._names.fmt("SELECT EXISTS (SELECT 1 FROM {table})"))).fetchone()
+        if row[0]:
+            raise ConfigurationError(
+                f"{self.name}: the table's BM25 terms were made by {stored}, this fastrag analyses text by "
+                f"{signature}, so keyword search would miss words; index the documents again into a new table "
+                "(`fastrag index PATHS --store postgresql://...?table=NEW`, or upsert them from Python)"
+            )
+        await conn.execute(
+            self._names.fmt("INSERT INTO {meta} (key, value) VALUES ('analysis', %s)"
+                            " ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
+            [signature],
+        )
 
     async def _create_tables(self, conn: Any) -> None:
         names = self._names
@@ -431,9 +451,9 @@ class PgVectorStore:
             for statement in create_statements(names, None):
                 await conn.execute(statement)
             await conn.execute(
-                names.fmt("INSERT INTO {meta} (key, value) VALUES ('schema', %s), ('analyzer_language', %s)"
-                          " ON CONFLICT DO NOTHING"),
-                [str(SCHEMA_VERSION), self.analyzer.language or "none"],
+                names.fmt("INSERT INTO {meta} (key, value) VALUES ('schema', %s), ('analyzer_language', %s),"
+                          " ('analysis', %s) ON CONFLICT DO NOTHING"),
+                [str(SCHEMA_VERSION), self.analyzer.language or "none", self.analyzer.signature],
             )
 
     @staticmethod
@@ -585,6 +605,7 @@ class PgVectorStore:
             return rows, term_ids, terms, tfs
 
         rows, term_ids, terms, tfs = await anyio.to_thread.run_sync(prepare)
+        languages = {self._language_key(d.metadata.get("language")) for d in docs}
         names = self._names
 
         async def write(conn: Any) -> None:
@@ -618,6 +639,11 @@ class PgVectorStore:
                 names.fmt("UPDATE {stats} SET n_docs = n_docs + %s, total_len = total_len + %s"),
                 [len(rows) - removed[0], sum(r[5] for r in rows) - int(removed[1])],
             )
+            await conn.execute(
+                names.fmt("INSERT INTO {meta} (key, value) SELECT 'language:' || code, '' FROM unnest(%s::text[])"
+                          " AS code ON CONFLICT (key) DO NOTHING"),
+                [sorted(languages)],
+            )
 
         await self._run("upsert", write)
 
@@ -626,6 +652,29 @@ class PgVectorStore:
         if row is not None:
             self.dimension = int(row[0])
         return row is not None
+
+    def _language_key(self, language: object) -> str:
+        """How a document's language is recorded among the store's languages: the code whose analysis it got
+        (``""`` for the store's own analyzer), as the SQLite store records it."""
+        analyzer = self.analyzer.for_language(language)  # type: ignore[arg-type]
+        return "" if analyzer is self.analyzer else str(primary_language(language))
+
+    async def languages(self) -> tuple[str, ...]:
+        """The languages the stored documents were analysed in (ISO 639-1 codes from their
+        ``metadata["language"]``, sorted; ``""`` stands for the store's own analyzer). A language stays
+        listed after its last document is deleted.
+
+        Raises:
+            BackendError: PostgreSQL failed.
+        """
+
+        async def read(conn: Any) -> tuple[str, ...]:
+            rows = await (await conn.execute(
+                self._names.fmt("SELECT substr(key, 10) FROM {meta} WHERE starts_with(key, 'language:')")
+            )).fetchall()
+            return tuple(sorted(r[0] for r in rows))
+
+        return await self._run("languages", read, transaction=False)
 
     def _index_terms(self, doc: Document) -> list[str]:
         """BM25 terms of a document: its title, its section headings and its content, in its language."""
@@ -796,7 +845,9 @@ class PgVectorStore:
             k: how many documents at most (an int > 0).
             filter: a fastrag filter or a :class:`PgWhere`; applied before the top-k cut.
             language: the question's language (ISO 639-1): the question is stemmed as documents in that
-                language were. ``None``: the store's analyzer (English by default).
+                language were. ``None``: the question is analysed in each language the store's documents were
+                analysed in (:meth:`languages`; the store's analyzer, English by default, when none has a
+                language of its own) and the terms of all these analyses are searched together, each once.
 
         Returns:
             Copies best first with ``score`` = BM25 (Lucene's formula, k1 = 1.2, b = 0.75; unbounded, > 0,
@@ -816,9 +867,15 @@ class PgVectorStore:
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         if language is not None and not isinstance(language, str):
             raise InvalidParameterError(f"language must be None or a language code, got {language!r}")
-        analyzer = self.analyzer.for_language(language)
         where, params = self._where(filter)
-        terms = sorted(set(await anyio.to_thread.run_sync(lambda: analyzer.analyze(query, for_query=True))))
+        if language is not None:
+            analyzers = [self.analyzer.for_language(language)]
+        else:  # each language the documents were analysed in, never English only against others (as SQLite)
+            held = await self.languages()
+            analyzers = list({id(a): a for a in (self.analyzer.for_language(c or None) for c in held)}.values())
+            analyzers = analyzers or [self.analyzer]
+        terms = sorted(await anyio.to_thread.run_sync(
+            lambda: {t for a in analyzers for t in a.analyze(query, for_query=True)}))
         _check_text(" ".join(terms), "the query")
         if not terms:
             await self._ready()
