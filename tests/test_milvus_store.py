@@ -296,6 +296,28 @@ async def test_tenant_views_are_confined_on_real_milvus(lite_server, collection_
 
 
 @pytest.mark.anyio
+async def test_reads_and_deletes_past_milvus_query_window(lite_server, collection_name):
+    """Milvus answers one query with at most 16,384 rows and says nothing when a query without a limit stops
+    there: get(), delete(filter=) and clear() must still see every document (16,500 here)."""
+    n = 16_500
+    docs = [Document(id=f"d{i:05}", content="x", metadata={"odd": i % 2 == 1}) for i in range(n)]
+    async with MilvusVectorStore(lite_server, collection_name, dimension=2) as store:
+        try:
+            for start in range(0, n, 5_500):
+                batch = docs[start : start + 5_500]
+                await store.upsert(batch, embeddings=np.ones((len(batch), 2), np.float32))
+            got = await store.get()
+            assert len(got) == n and [d.id for d in got[:2]] == ["d00000", "d00001"] and got[-1].id == "d16499"
+            assert len(await store.get(filter={"notEquals": {"key": "odd", "value": "x"}})) == n
+            assert await store.delete(filter={"equals": {"key": "odd", "value": True}}) == n // 2
+            assert await store.count() == n // 2
+            assert await store.clear() == n // 2
+            assert await store.count() == 0
+        finally:
+            await store._call("drop_collection", collection_name)
+
+
+@pytest.mark.anyio
 async def test_title_is_indexed_for_bm25(lite_store):
     async with lite_store() as store:
         await store.upsert([Document(id="t", content="body only", metadata={"title": "Photosynthesis"})],

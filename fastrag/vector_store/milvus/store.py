@@ -83,6 +83,8 @@ __all__ = ["MilvusVectorStore"]
 _UPSERT_BATCH = 256
 _LITE_FLUSH_ROWS = 256
 _ID_BATCH = 500
+_QUERY_PAGE = 16384
+"""Rows per query page: Milvus's largest query window (``limit`` above it is refused)."""
 
 
 
@@ -696,7 +698,7 @@ class MilvusVectorStore:
             return 0
         doomed: list[str] = []
         for expression in expressions:
-            rows = await self._call("query", self.collection, filter=expression, output_fields=[ID_FIELD])
+            rows = await self._query_all(expression, [ID_FIELD])
             doomed.extend(row[ID_FIELD] for row in rows)
         doomed = sorted(set(doomed))
         for start in range(0, len(doomed), _ID_BATCH):
@@ -726,6 +728,24 @@ class MilvusVectorStore:
         ]
 
     # ------------------------------------------------------------------ reads
+
+    async def _query_all(self, expression: str, output_fields: list[str]) -> list[dict[str, Any]]:
+        """Every row matching ``expression``. Milvus answers one query with at most 16,384 rows, and a query
+        without a limit stops there without saying so (measured: 16,383 of 20,000), so rows are read in pages
+        of 16,384 in id order (``iterator``: the order pymilvus's own query iterator asks for), each page
+        after the last id of the one before."""
+        rows: list[dict[str, Any]] = []
+        last: str | None = None
+        while True:
+            page_expression = expression if last is None else and_expressions(
+                expression or _TRUE, f"{ID_FIELD} > {string_literal(last)}"
+            )
+            page = await self._call("query", self.collection, filter=page_expression, output_fields=output_fields,
+                                    limit=_QUERY_PAGE, iterator="True")
+            rows.extend(page)
+            if len(page) < _QUERY_PAGE:
+                return rows
+            last = max(str(row[ID_FIELD]) for row in page)
 
     async def count(self, *, filter: FilterLike | MilvusExpr | None = None) -> int:  # noqa: A002
         """How many documents the store holds, or how many match ``filter``.
@@ -761,9 +781,7 @@ class MilvusVectorStore:
             return []
         found: dict[str, Document] = {}
         for expression in expressions:
-            rows = await self._call(
-                "query", self.collection, filter=expression, output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD]
-            )
+            rows = await self._query_all(expression, [ID_FIELD, CONTENT_FIELD, METADATA_FIELD])
             for row in rows:
                 doc = document(row)
                 found[doc.id] = doc
