@@ -622,8 +622,8 @@ async def test_two_stores_share_one_lite_server_until_the_last_closes(tmp_path):
         await first.upsert([Document(id="a", content="x")], embeddings=np.ones((1, 2), np.float32))
         await first.aclose()
         assert await second.count() == 0  # the server is still up for the second store
-        assert os.path.abspath(path) in server_manager_instance._servers
-    assert os.path.abspath(path) not in server_manager_instance._servers  # the last close stopped it
+        assert os.path.realpath(path) in server_manager_instance._servers
+    assert os.path.realpath(path) not in server_manager_instance._servers  # the last close stopped it
 
 
 _CHILD = """
