@@ -36,7 +36,16 @@ _EXPORTS: dict[str, str] = {
     "l2_normalize": "fastrag.ingestion.steps.embedding",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "DEFAULT_MODEL",
+    "CachedEmbedder",
+    "CohereEmbedder",
+    "EmbeddingCache",
+    "Model2VecEmbedder",
+    "OpenAICompatibleEmbedder",
+    "SentenceTransformerEmbedder",
+    "l2_normalize",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -65,8 +65,9 @@ class CohereEmbedder(RemoteEmbedder):
         truncate: what Cohere does with a text past the model's context: ``"END"`` (its default) or
             ``"START"`` cut it, ``"NONE"`` refuses it (HTTP 400).
         batch_size: the most texts per request (at most Cohere's 96).
-        max_batch_tokens, count_tokens, max_text_characters: as for
-            :class:`~fastrag.ingestion.steps.openai_compatible.OpenAICompatibleEmbedder`.
+        max_batch_tokens: the most tokens per request, counted with ``count_tokens``; ``None``: no limit.
+        count_tokens: ``text -> tokens``; default the UTF-8 length in bytes (an upper bound).
+        max_text_characters: cut each text to this many characters before sending.
         max_concurrency: the most requests in flight at once for this embedder.
         timeout: seconds one request may take; retried under ``retry``.
         retry: the :class:`~fastrag.retry.RetryPolicy` (default ``RetryPolicy()``).

@@ -96,9 +96,11 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         api_key: the bearer token; ``None`` reads ``api_key_env`` (no header when that is unset too).
         api_key_env: the environment variable read when ``api_key`` is ``None``.
         dimensions: ask the model for vectors of this width (OpenAI text-embedding-3); also fixes
-            :attr:`dimension` before the first request. Responses of another width are refused.
-        query_prefix, document_prefix: prepended to every query / document text (instruction-tuned models).
-        query_input_type, document_input_type: sent as ``input_type`` with queries / documents when set.
+            ``dimension`` before the first request. Responses of another width are refused.
+        query_prefix: prepended to every query (instruction-tuned models: E5's ``"query: "``).
+        document_prefix: prepended to every document text (E5's ``"passage: "``).
+        query_input_type: sent as ``input_type`` with queries when set (NVIDIA NIM's ``"query"``).
+        document_input_type: sent as ``input_type`` with documents when set (NIM's ``"passage"``).
         extra_body: more JSON fields for every request (not ``model``, ``input``, ``dimensions``).
         batch_size: the most texts per request (OpenAI allows 2,048).
         max_batch_tokens: the most tokens per request, counted with ``count_tokens`` (OpenAI allows 300,000);

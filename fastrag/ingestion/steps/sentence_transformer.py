@@ -73,8 +73,8 @@ class SentenceTransformerEmbedder:
         batch_size: texts encoded per forward pass.
         max_seq_length: tokens read per text (longer texts are truncated); default the model's own (256
             for all-MiniLM-L6-v2).
-        query_prefix, document_prefix: prepended to queries / documents (E5's ``"query: "`` /
-            ``"passage: "``, BGE's query instruction).
+        query_prefix: prepended to every query (E5's ``"query: "``, BGE's query instruction).
+        document_prefix: prepended to every document (E5's ``"passage: "``).
         device: the torch device, ``"cpu"`` by default.
         max_concurrency: batches encoded at once across concurrent calls (1: torch already uses the cores).
 
