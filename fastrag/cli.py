@@ -475,6 +475,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
                 from fastrag.retrieval.grouping import GroupingRetriever
 
                 retriever = GroupingRetriever(retriever, group_by=group_by)
+            # a path filter that stopped at max_k candidates says so in result.incomplete (never "no match")
             result = await retrieve_result(retriever, query, k=top_k, filter=node, offset=offset)
             if result.error is not None:
                 raise result.error
@@ -482,18 +483,26 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 
     result = _run(go, settings.store)
     hits = list(result.documents)
+    incomplete = dict(result.incomplete)
     if result.zero_vector_branches:
         click.echo(f"warning: the question embedded to the zero vector (none of its words is in the embedding "
                    f"model's vocabulary): no results from {', '.join(result.zero_vector_branches)}", err=True)
     if as_json:
         click.echo(json.dumps({"query": query, "mode": settings.mode, "rerank": rerank,
                                "zero_vector_branches": list(result.zero_vector_branches),
-                               "documents": [d.to_dict() for d in hits]},
+                               "documents": [d.to_dict() for d in hits], "incomplete": incomplete},
                               ensure_ascii=False, indent=2))
         return
+    why = "; ".join(incomplete.values())
     if not hits:
-        click.echo(f"No documents past the first {offset}." if offset else "No documents matched.")
+        if incomplete:
+            click.echo(f"No document passed the path rules among those examined, but the search is incomplete: {why}. "
+                       "Narrow it with a folder glob (--include-glob 'folder/**') or --filter.")
+        else:
+            click.echo(f"No documents past the first {offset}." if offset else "No documents matched.")
         return
+    if incomplete:
+        click.echo(f"Incomplete: {why}.", err=True)
     for doc in hits:
         title = doc.metadata.get(TITLE) or ""
         snippet = " ".join(doc.content.split())[:200]

@@ -217,3 +217,290 @@ async def test_a_store_written_with_the_old_tenant_ids_is_refused_then_migrated_
         hits = await alice.search_vector(np.asarray(await embedder.embed_query("T\nsolar note 1")), k=1)
         assert [d.id for d in hits] == ["doc1"]  # vectors were rewritten too
         assert sorted(d.id for d in await shared.get()) == ["bob::doc0"] + [f"tenant_id=alice::doc{i}" for i in range(3)]
+
+
+# ------------------------------------------------ issue 13.12: the default hybrid's top does not depend on k
+
+WORDS = ("solar panel battery grid power energy wind turbine storage inverter roof cost tax credit install "
+         "repair garden water pump heat winter summer price market home office cable charge meter voltage "
+         "current load peak night day cloud sun light shade angle tilt north south east west noise warranty "
+         "lease loan bank rate year month week hour minute").split()
+
+
+def word_corpus(n: int, seed: int = 7) -> list[Document]:
+    import random
+
+    rng = random.Random(seed)
+    return [Document(id=f"d{i:03d}", content=" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18))))
+            for i in range(n)]  # fmt: skip
+
+
+QUERIES = ["solar panel cost", "wind turbine noise", "battery storage night", "heat pump winter price",
+           "roof tilt angle south", "grid voltage peak load", "tax credit install loan"]
+
+
+async def test_the_default_hybrids_first_results_are_the_same_for_k_10_and_k_60() -> None:
+    from fastrag.config import open_embedder
+    from fastrag.retrieval import HybridRetriever, VectorRetriever
+
+    embedder = open_embedder()  # the shipped static model: the default fusion is min-max with BM25 at 0.9
+    docs = word_corpus(400)
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert(docs, embeddings=np.asarray(await embedder.embed_documents([d.content for d in docs])))
+        hybrid = HybridRetriever([VectorRetriever(vector_store=store, embedder=embedder), BM25Retriever(store=store)])
+        for query in QUERIES:
+            top = [(d.id, d.score) for d in await hybrid.retrieve(query, k=10)]
+            for k in (41, 60, 200):
+                deeper = [(d.id, d.score) for d in await hybrid.retrieve(query, k=k)]
+                assert deeper[:10] == top, (query, k)
+                assert len(deeper) == k and all(a[1] >= b[1] for a, b in zip(deeper, deeper[1:], strict=False))
+
+
+# ------------------------------------------- issue 13.11: top k is a prefix of top k + n, however many tie
+
+TIED = 60
+
+
+def tied_corpus() -> list[Document]:
+    same = [Document(id=f"t{i:02d}", content="boilerplate legal notice", metadata={"source_uri": f"notes/t{i:02d}.md",
+                                                                                     "tenant_id": "acme"})
+            for i in range(TIED)]  # fmt: skip
+    other = [Document(id=f"o{i}", content="unrelated words entirely", metadata={"source_uri": f"notes/o{i}.md",
+                                                                                 "tenant_id": "acme"})
+             for i in range(5)]  # fmt: skip
+    return same + other
+
+
+def tie_retrievers(store: Any, embedder: Any) -> dict[str, Any]:
+    from fastrag.rerankers import EmbedderReranker
+    from fastrag.retrieval import (
+        GroupingRetriever,
+        HybridRetriever,
+        PathFilterRetriever,
+        ReciprocalRankFusion,
+        RerankingRetriever,
+        TenantScopedRetriever,
+        VectorRetriever,
+    )
+
+    out: dict[str, Any] = {}
+    if callable(getattr(store, "search_vector", None)) and not type(store).__name__.startswith("OpenSearch"):
+        out["vector"] = VectorRetriever(vector_store=store, embedder=embedder)
+    if callable(getattr(store, "search_text", None)):
+        out["bm25"] = BM25Retriever(store=store)
+    first = next(iter(out.values()))
+    if len(out) == 2:
+        out["hybrid"] = HybridRetriever([out["vector"], out["bm25"]])
+        out["hybrid_rrf"] = HybridRetriever([out["vector"], out["bm25"]], fusion=ReciprocalRankFusion(), candidate_k=20)
+    out["path_filter"] = PathFilterRetriever(first, include_glob="notes/**")
+    out["reranking"] = RerankingRetriever(retriever=first, reranker=EmbedderReranker(embedder), candidate_k=TIED)
+    out["tenant"] = TenantScopedRetriever(first, tenant="acme")
+    out["grouping"] = GroupingRetriever(first, group_by="source_uri")
+    if type(store).__name__ == "QdrantVectorStore":
+        from fastrag.vector_store.qdrant import QdrantHybridRetriever
+
+        out["qdrant_hybrid"] = QdrantHybridRetriever(store=store, embedder=embedder, candidate_k=TIED)
+    return out
+
+
+async def test_top_k_is_a_prefix_of_top_k_plus_n_with_many_tied_documents_on_every_store_and_retriever(
+    any_store: Any,
+) -> None:
+    embedder = HashingEmbedder()
+    docs = tied_corpus()
+    vectors = np.asarray(await embedder.embed_documents([d.content for d in docs]))
+    await any_store.upsert(docs[::-1], embeddings=vectors[::-1].copy())  # written in reverse id order
+    for name, retriever in tie_retrievers(any_store, embedder).items():
+        full = [d.id for d in await retriever.retrieve("boilerplate legal notice", k=TIED)]
+        if name == "qdrant_hybrid":  # Qdrant fuses server-side: its legs order tied points by point id
+            assert sorted(full) == [f"t{i:02d}" for i in range(TIED)], name
+        else:
+            assert full == [f"t{i:02d}" for i in range(TIED)], name  # ties broken by id
+        for k in (1, 5, 10, 29, 41):
+            assert [d.id for d in await retriever.retrieve("boilerplate legal notice", k=k)] == full[:k], (name, k)
+
+
+# ------------------------------- issue 13.6: branch_timeout holds for store calls running in worker threads
+
+
+async def _timed_partial(hybrid: Any, query: str) -> tuple[float, Any]:
+    import time
+
+    start = time.perf_counter()
+    result = await hybrid.retrieve_result(query, k=5)
+    return time.perf_counter() - start, result
+
+
+async def test_branch_timeout_interrupts_a_slow_sqlite_filter_evaluation_in_its_worker_thread(
+    monkeypatch, tmp_path
+) -> None:
+    import time
+
+    from fastrag.errors import RetrievalTimeoutError
+    from fastrag.retrieval import HybridRetriever, VectorRetriever
+    from fastrag.vector_store.sqlite import columns
+
+    embedder = HashingEmbedder()
+    docs = [Document(id=f"d{i:04d}", content=f"solar power note {i}", metadata={"path": f"notes/{i}.md"})
+            for i in range(3000)]  # fmt: skip
+    real = columns.matches
+
+    def slow(node, metadata):  # noqa: ANN001, ANN202 - a filter 1 ms per distinct value: 3 s for this store
+        time.sleep(0.001)
+        return real(node, metadata)
+
+    async with SQLiteVectorStore(tmp_path / "s.db") as store:  # a file store reads on a pool of connections
+        await store.upsert(docs, embeddings=np.asarray(await embedder.embed_documents([d.content for d in docs])))
+        monkeypatch.setattr(columns, "matches", slow)
+        slow_branch = VectorRetriever(vector_store=store, embedder=embedder,
+                                      filter={"startsWith": {"key": "path", "value": "notes/1"}})
+        hybrid = HybridRetriever({"vector": slow_branch, "bm25": BM25Retriever(store=store)},
+                                 branch_timeout=0.1, on_branch_error="partial")
+        elapsed, result = await _timed_partial(hybrid, "solar power")
+        assert elapsed < 1.0, elapsed  # was 3 s and more: the thread ran the whole filter
+        assert result.partial and not result.retrieval_failed and len(result.documents) == 5
+        assert isinstance(result.failed_branches["vector"], RetrievalTimeoutError)
+        monkeypatch.setattr(columns, "matches", real)
+        assert await store.count(filter={"startsWith": {"key": "path", "value": "notes/1"}}) == 1111  # still sound
+
+
+async def test_branch_timeout_interrupts_a_slow_sql_statement_of_a_sqlite_read(monkeypatch, tmp_path) -> None:
+    from fastrag.errors import RetrievalTimeoutError
+    from fastrag.retrieval import HybridRetriever, VectorRetriever
+    from fastrag.vector_store.sqlite import store as store_module
+
+    embedder = HashingEmbedder()
+    docs = [Document(id=f"d{i}", content=f"solar power note {i}", metadata={"path": f"notes/{i}.md"}) for i in range(50)]
+    real = store_module.load_column
+
+    def slow_load(conn, *args):  # noqa: ANN001, ANN002, ANN202 - seconds of work inside SQLite first
+        conn.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 20000000) "
+                     "SELECT count(*) FROM c").fetchone()
+        return real(conn, *args)
+
+    async with SQLiteVectorStore(tmp_path / "s.db") as store:
+        await store.upsert(docs, embeddings=np.asarray(await embedder.embed_documents([d.content for d in docs])))
+        monkeypatch.setattr(store_module, "load_column", slow_load)
+        slow_branch = VectorRetriever(vector_store=store, embedder=embedder,
+                                      filter={"startsWith": {"key": "path", "value": "notes/1"}})
+        hybrid = HybridRetriever({"vector": slow_branch, "bm25": BM25Retriever(store=store)},
+                                 branch_timeout=0.1, on_branch_error="partial")
+        elapsed, result = await _timed_partial(hybrid, "solar power")
+        assert elapsed < 1.0, elapsed
+        assert result.partial and isinstance(result.failed_branches["vector"], RetrievalTimeoutError)
+        monkeypatch.setattr(store_module, "load_column", real)
+        assert await store.count(filter={"startsWith": {"key": "path", "value": "notes/1"}}) == 11  # it answers
+
+
+async def test_branch_timeout_abandons_a_slow_qdrant_local_read() -> None:
+    import threading
+    import time
+
+    qdrant = pytest.importorskip("fastrag.vector_store.qdrant", reason="the qdrant extra is not installed")
+    from fastrag.errors import RetrievalTimeoutError
+    from fastrag.retrieval import HybridRetriever, VectorRetriever
+
+    embedder = HashingEmbedder()
+    docs = notes(10)
+    vectors = np.asarray(await embedder.embed_documents([d.content for d in docs]))
+    release = threading.Event()
+    async with qdrant.QdrantVectorStore(location=":memory:", collection="t") as slow_store, \
+            SQLiteVectorStore(":memory:") as fast_store:  # fmt: skip
+        await slow_store.upsert(docs, embeddings=vectors)
+        await fast_store.upsert(docs, embeddings=vectors)
+        client = slow_store._client
+        real = client.query_points
+
+        def stalled(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - local mode computing for 3 s
+            release.wait(3)
+            return real(*args, **kwargs)
+
+        client.query_points = stalled
+        hybrid = HybridRetriever({"vector": VectorRetriever(vector_store=slow_store, embedder=embedder),
+                                  "bm25": BM25Retriever(store=fast_store)}, branch_timeout=0.1, on_branch_error="partial")
+        started = time.perf_counter()
+        result = await hybrid.retrieve_result("solar panels", k=3)
+        elapsed = time.perf_counter() - started
+        release.set()
+        client.query_points = real
+        assert elapsed < 1.0, elapsed
+        assert result.partial and isinstance(result.failed_branches["vector"], RetrievalTimeoutError)
+        assert [d.id for d in result.documents]
+        assert len(await slow_store.search_vector(vectors[0], k=2)) == 2  # the abandoned read let go of the store
+
+
+# ------------------------- issue 13.3: path rules never answer "no match" while matching documents exist
+
+
+def crowded_notes() -> list[Document]:
+    """120 documents under notes/b/ that all outscore the one under notes/a/ for "solar power"."""
+    crowd = [Document(id=f"b{i:03d}", content=f"solar power solar power solar panels {i}",
+                      metadata={"source_uri": f"notes/b/{i:03d}.md"}) for i in range(120)]  # fmt: skip
+    return [*crowd, Document(id="a", content="a note that mentions solar power once among many other words "
+                             "about gardens, tea and bicycles", metadata={"source_uri": "notes/a/plan.md"})]
+
+
+async def test_a_folder_glob_is_pushed_into_the_store_filter_and_finds_the_low_scoring_match() -> None:
+    from fastrag.retrieval import PathFilterRetriever
+
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert(crowded_notes())
+        recording = FaultyStore(store, failures=0)  # records every call, fails none
+        retriever = PathFilterRetriever(BM25Retriever(store=recording), include_glob="notes/a/**")
+        result = await retriever.retrieve_result("solar power", k=5)
+        assert [d.id for d in result.documents] == ["a"] and not result.partial
+        ((method, kwargs),) = recording.calls
+        assert method == "search_text" and "startsWith" in repr(kwargs["filter"])  # the store ranked notes/a only
+        excluded = PathFilterRetriever(BM25Retriever(store=store), exclude_glob="notes/b/**")
+        assert [d.id for d in await excluded.retrieve("solar power", k=5)] == ["a"]
+
+
+async def test_rules_the_store_cannot_express_page_through_candidates_until_k_pass() -> None:
+    from fastrag.retrieval import PathFilterRetriever
+
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert(crowded_notes())
+        for rules in ({"include_glob": "**/a/*.md"}, {"path_filter": r"/a/"}, {"include_glob": "*.md",
+                                                                                "exclude_glob": "notes/b/*"}):
+            retriever = PathFilterRetriever(BM25Retriever(store=store), fetch_k=10, **rules)
+            assert retriever.pushdown is None or "notes/b" in repr(retriever.pushdown), rules
+            result = await retriever.retrieve_result("solar power", k=3)
+            assert [d.id for d in result.documents] == ["a"] and not result.partial, rules
+
+
+async def test_a_search_stopped_by_max_k_is_reported_incomplete_never_no_match(caplog) -> None:
+    from fastrag.retrieval import PathFilterRetriever, RetrievalLimits
+
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert(crowded_notes())
+        retriever = PathFilterRetriever(BM25Retriever(store=store), path_filter=r"/a/", fetch_k=10,
+                                        limits=RetrievalLimits(max_k=50))
+        result = await retriever.retrieve_result("solar power", k=3)
+        assert result.documents == () and not result.retrieval_failed
+        assert result.partial and "50 candidates" in result.incomplete["path_filter"]
+        assert "not examined" in caplog.text
+
+
+def test_cli_include_glob_finds_the_one_matching_file_among_120_better_scoring_ones(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    for doc in crowded_notes():
+        path = tmp_path / doc.metadata["source_uri"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(doc.content + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_")}
+
+    def fastrag(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "fastrag.cli", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    indexed = fastrag("index", "notes")
+    assert indexed.returncode == 0, indexed.stderr
+    found = fastrag("search", "solar power", "--mode", "keyword", "--include-glob", "notes/a/**")
+    assert found.returncode == 0, found.stderr
+    assert "notes/a/plan.md" in found.stdout and "No documents matched" not in found.stdout
+    unpushable = fastrag("search", "solar power", "--mode", "keyword", "--path-filter", "/a/", "--json")
+    assert unpushable.returncode == 0, unpushable.stderr
+    assert '"source_uri": "notes/a/plan.md"' in unpushable.stdout and '"incomplete": {}' in unpushable.stdout

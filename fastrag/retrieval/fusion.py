@@ -133,23 +133,34 @@ class _Fusion:
             raise InvalidParameterError(f"weights name unknown branch(es) {extra!r}; branches are {names!r}")
         return {n: self._weights[n] for n in names}
 
-    def fuse(self, results: Mapping[str, Sequence[Document]], *, k: int | None = None) -> list[Document]:
+    def fuse(
+        self, results: Mapping[str, Sequence[Document]], *, k: int | None = None, depth: int | None = None
+    ) -> list[Document]:
         """Fuse ``{branch_name: documents best first}`` into one list, best first, at most ``k`` long.
 
         Args:
             results: each branch's ranked documents. Not mutated.
             k: how many documents to return; ``None`` returns every distinct document.
+            depth: score only each list's first ``depth`` documents: the normalisation (or RRF) sees those
+                alone, and a document further down a list counts there as if that branch had not returned
+                it. It stays a candidate, after every better-scored one (ties: its best position, then id).
+                So the fused scores, and the order of every document within some list's first ``depth``,
+                do not depend on how much deeper the lists go: :class:`~fastrag.retrieval.HybridRetriever`
+                passes its ``candidate_k``, so asking for more results never reorders the first ones.
+                ``None`` (default): every document of every list is scored.
 
         Returns:
             Copies stamped with the fused ``score`` (higher is better; range: see the class), zero-based
             ``rank`` and per-branch provenance under ``metadata["branches"]``.
 
         Raises:
-            InvalidParameterError: ``k`` is not a positive int or ``None``; ``results`` is not a mapping;
-                the weights do not fit the branches (see :meth:`check_branches`).
+            InvalidParameterError: ``k`` or ``depth`` is not a positive int or ``None``; ``results`` is not a
+                mapping; the weights do not fit the branches (see :meth:`check_branches`).
         """
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
             raise InvalidParameterError(f"k must be a positive int or None, got {k!r}")
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth <= 0):
+            raise InvalidParameterError(f"depth must be a positive int or None, got {depth!r}")
         if not isinstance(results, Mapping):
             raise InvalidParameterError(f"results must be a mapping of branch name to documents, got {results!r}")
         weights = self._resolve_weights(list(results))
@@ -157,7 +168,16 @@ class _Fusion:
         key_of = _document_id if by is None else partial(group_key, by=by)
         grouping = None if by is None else key_of
         lists = {name: _distinct(results[name], grouping) for name in sorted(results) if weights[name] > 0}
-        contributions = self._contributions(lists, {name: weights[name] for name in lists})
+        if depth is None or all(len(docs) <= depth for docs in lists.values()):
+            contributions = self._contributions(lists, {name: weights[name] for name in lists})
+        else:  # score the first `depth` of each list; below that, a document counts as absent from the list
+            scored_part = self._contributions(
+                {name: docs[:depth] for name, docs in lists.items()}, {name: weights[name] for name in lists}
+            )
+            contributions = {
+                name: (values + [absent] * (len(lists[name]) - len(values)), absent)
+                for name, (values, absent) in scored_part.items()
+            }
 
         positions: dict[str, dict[str, int]] = {}  # doc id (or group key) -> {branch: position}
         for name, docs in lists.items():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from types import MappingProxyType
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import anyio
 
@@ -252,6 +254,13 @@ class HybridRetriever(ReturnsResult):
         ``limits.max_k``, or the branch's own ``limits.max_k`` when lower) and the same
         filter (parsed once, then passed to each branch as the AST); then the fusion combines the lists.
 
+        The top of the list does not depend on ``k``: fastrag's fusions are given ``depth=candidate_k``,
+        so they normalise (or rank) each branch over its first ``candidate_k`` documents whatever ``k`` is,
+        and a ``k`` above ``candidate_k`` only appends documents below them (see
+        :meth:`~fastrag.retrieval.fusion.WeightedScoreFusion.fuse`). ``retrieve(q, k=10)`` is the first
+        10 of ``retrieve(q, k=60)``, same ids, order and scores. A third-party fusion whose ``fuse`` takes
+        no ``depth`` gets the lists of ``max(candidate_k, k)`` and may order them differently per ``k``.
+
         Returns:
             Copies stamped with the fused ``score`` (higher is better; its range depends on the fusion),
             zero-based ``rank``, and ``metadata["branches"]`` with each branch's score and rank. With
@@ -326,7 +335,11 @@ class HybridRetriever(ReturnsResult):
         # Rebuild in branch order: fusion weights given as a sequence align with it. A failed branch
         # contributes an empty list, which adds the same (zero) amount to every document.
         with timed("fusion"):
-            fused = self._fusion.fuse({name: found.get(name, []) for name in self._retrievers}, k=offset + k)
+            lists = {name: found.get(name, []) for name in self._retrievers}
+            if _takes_depth(self._fusion.fuse):  # scored over candidate_k per branch: the top does not depend on k
+                fused = self._fusion.fuse(lists, k=offset + k, depth=self._candidate_k)  # type: ignore[call-arg]
+            else:
+                fused = self._fusion.fuse(lists, k=offset + k)
             if self._min_relative_score is not None:
                 fused = keep_relative(fused, self._min_relative_score)
             if offset:
@@ -359,6 +372,23 @@ class HybridRetriever(ReturnsResult):
             f"candidate_k={self._candidate_k!r}, branch_timeout={self._branch_timeout!r}, "
             f"on_branch_error={self._on_branch_error!r})"
         )
+
+
+def _takes_depth(fuse: Any) -> bool:
+    """Whether a fusion's ``fuse`` takes ``depth=`` (fastrag's fusions do; another may not)."""
+    function = getattr(fuse, "__func__", fuse)
+    try:
+        return _function_takes_depth(function)
+    except TypeError:  # an unhashable callable: inspect it each time
+        return _function_takes_depth.__wrapped__(function)
+
+
+@functools.lru_cache(maxsize=256)
+def _function_takes_depth(function: Any) -> bool:
+    try:
+        return "depth" in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _name_branches(retrievers: list[Retriever]) -> dict[str, Retriever]:

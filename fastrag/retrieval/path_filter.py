@@ -2,23 +2,74 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 
 from wcmatch import glob
 
-from fastrag.errors import InvalidParameterError
-from fastrag.filters import FilterLike
+from fastrag.errors import InvalidParameterError, UnsupportedFilterError
+from fastrag.filters import Filter, FilterLike, combine_filters, not_all, or_all
+from fastrag.filters import field as filter_field
 from fastrag.models import SOURCE_URI, Document
 from fastrag.protocols import Retriever
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.pagination import check_offset, retrieve_page
-from fastrag.retrieval.result import ReturnsResult
+from fastrag.retrieval.result import ReturnsResult, record_incomplete
 
 __all__ = ["PathFilterRetriever"]
 
+logger = logging.getLogger("fastrag.retrieval")
+
 _GLOB_FLAGS = glob.GLOBSTAR | glob.BRACE | glob.MATCHBASE | glob.DOTGLOB
+_GLOB_META = re.compile(r"[*?\[{\\]")  # where a pattern stops being literal (wcmatch: *, ?, [...], {...}, escapes)
+_GROWTH = 4  # each further page asks the wrapped retriever for this many times more candidates
+
+
+def _literal_prefix(pattern: str) -> str | None:
+    """A string every path matching ``pattern`` starts with, or ``None`` when there is none to use.
+
+    The pattern's literal part, up to its first wildcard, less a trailing ``/``. A pattern without ``/``
+    matches a file name anywhere (MATCHBASE) and one with ``//``, ``.`` or ``..`` segments is normalised
+    by wcmatch: neither has a usable prefix."""
+    if "/" not in pattern:
+        return None
+    match = _GLOB_META.search(pattern)
+    literal = (pattern if match is None else pattern[: match.start()]).rstrip("/")
+    segments = literal.split("/")
+    if not literal or "//" in literal or any(seg in (".", "..") for seg in segments[:-1]):
+        return None
+    if segments[-1] in (".", ".."):
+        return None
+    return literal
+
+
+def _excluded_prefix(pattern: str) -> str | None:
+    """``L`` when ``pattern`` is ``L**`` with ``L`` a literal folder path ending in ``/``: every path starting
+    with ``L`` matches it, so the store may leave those out. ``None`` otherwise."""
+    if not pattern.endswith("/**"):
+        return None
+    folder = pattern[:-2]
+    prefix = _literal_prefix(folder + "x")  # the folder with one literal file name, to reuse the checks
+    return folder if prefix == folder + "x" else None
+
+
+def _pushdown(include: tuple[str, ...], exclude: tuple[str, ...]) -> Filter | None:
+    """A filter on ``source_uri`` that every document passing the globs matches (a superset of them), for the
+    store to apply before ranking; ``None`` when nothing can be said."""
+    parts: list[Filter] = []
+    if include:
+        prefixes = [_literal_prefix(p) for p in include]
+        if all(p is not None for p in prefixes):
+            unique = sorted(set(prefixes))  # type: ignore[arg-type]
+            starts = [filter_field(SOURCE_URI).starts_with(p) for p in unique]
+            parts.append(starts[0] if len(starts) == 1 else or_all(*starts))
+    for pattern in exclude:
+        folder = _excluded_prefix(pattern)
+        if folder is not None:
+            parts.append(not_all(filter_field(SOURCE_URI).starts_with(folder)))
+    return combine_filters(*parts) if parts else None  # type: ignore[return-value]
 
 
 def _globs(value: str | Sequence[str] | None, name: str) -> tuple[str, ...]:
@@ -43,9 +94,20 @@ class PathFilterRetriever(ReturnsResult):
     matches some ``include_glob`` (if any are given), no ``exclude_glob``, and ``path_filter`` (a regular
     expression searched anywhere in the URI). A document with no ``source_uri`` fails any include rule.
 
-    Because filtering happens after retrieval, the inner retriever is asked for
-    ``max(fetch_k, k * 10)`` candidates, so a matching document is not lost because its unfiltered score
-    was low. Returned documents keep their scores and are re-stamped with ranks 0..k-1.
+    Rules the store can express are pushed into the call's filter, so the store ranks only documents that
+    may pass: include globs whose every pattern has a literal folder prefix (``notes/a/**``,
+    ``docs/*.md``) become ``startsWith(source_uri, prefix)``, and an exclude glob ``folder/**`` becomes
+    ``not startsWith(source_uri, "folder/")``. (A store that cannot express that filter, as Chroma past its
+    prefix length, gets the call without it.) The rules themselves are then checked on every candidate,
+    whatever was pushed.
+
+    Candidates are read in pages: the inner retriever is first asked for ``max(fetch_k, k * 10)``, then
+    for four times as many each time fewer than ``k`` passed, until ``k`` pass or the inner retriever
+    returns fewer than asked (every candidate was examined). So a matching document is never lost because
+    better-scoring documents failed the rules. Only at ``limits.max_k`` candidates does it stop early:
+    the result is then marked incomplete (``retrieve_result(...).partial`` and ``incomplete`` name it, and
+    a warning is logged), never presented as "no match". Returned documents keep their scores and are
+    re-stamped with ranks 0..k-1.
 
     Args:
         retriever: any :class:`~fastrag.protocols.Retriever`.
@@ -83,6 +145,8 @@ class PathFilterRetriever(ReturnsResult):
         except (re.error, TypeError) as exc:
             raise InvalidParameterError(f"path_filter is not a valid regular expression: {exc}") from exc
         self.name = getattr(retriever, "name", "retriever")
+        self.pushdown: Filter | None = _pushdown(self.include_glob, self.exclude_glob)
+        """The filter on ``source_uri`` given to the store (``None``: the rules are only checked after)."""
 
     @property
     def active(self) -> bool:
@@ -116,7 +180,28 @@ class PathFilterRetriever(ReturnsResult):
         if not self.active:
             return await retrieve_page(self.retriever, query, k=k, offset=offset, filter=filter)
         wanted = offset + k
-        fetch = min(max(self.fetch_k, wanted * 10), fetch_limit(self.retriever, self.limits))
-        candidates = await self.retriever.retrieve(query, k=fetch, filter=filter)
-        kept = [d for d in candidates if self.accepts(d.metadata.get(SOURCE_URI))][:wanted]
-        return [d.ranked(score=d.score, rank=r) for r, d in enumerate(kept)][offset:]
+        node = combine_filters(filter)
+        limit = fetch_limit(self.retriever, self.limits)
+        fetch = min(max(self.fetch_k, wanted * 10), limit)
+        pushed = self.pushdown
+        while True:
+            try:
+                candidates = await self.retriever.retrieve(query, k=fetch, filter=combine_filters(node, pushed))
+            except UnsupportedFilterError:
+                if pushed is None:
+                    raise
+                pushed = None  # the store cannot express the prefix: check every candidate here instead
+                continue
+            kept = [d for d in candidates if self.accepts(d.metadata.get(SOURCE_URI))]
+            if len(kept) >= wanted or len(candidates) < fetch:
+                break  # enough, or every candidate was examined
+            if fetch >= limit:
+                reason = (
+                    f"examined the best {len(candidates)} candidates (max_k) and {len(kept)} passed the path "
+                    "rules; candidates beyond them were not examined"
+                )
+                record_incomplete("path_filter", reason)
+                logger.warning("path filter: %s (rules that name a folder prefix are applied by the store)", reason)
+                break
+            fetch = min(fetch * _GROWTH, limit)
+        return [d.ranked(score=d.score, rank=r) for r, d in enumerate(kept[:wanted])][offset:]

@@ -43,6 +43,7 @@ __all__ = [
     "RetrievalResult",
     "ReturnsResult",
     "record_branch_failure",
+    "record_incomplete",
     "record_timing",
     "record_zero_vector",
     "retrieve_result",
@@ -67,7 +68,11 @@ class RetrievalResult:
             first branch's error (the others are in ``failed_branches``).
         failed_branches: ``{branch: error}`` for every branch that failed, whether its failure ended the
             call or was left out of a partial result. Nested hybrid branches are named ``"outer/inner"``.
-        partial: ``True`` when the call succeeded without some branches (see ``failed_branches``).
+        partial: ``True`` when the call succeeded without some branches (see ``failed_branches``), or when
+            a stage stopped before examining every candidate (see ``incomplete``): matching documents may
+            be missing, and an empty ``documents`` does not prove there is no match.
+        incomplete: ``{stage: why}`` for every stage that stopped before examining every candidate (a
+            :class:`~fastrag.retrieval.PathFilterRetriever` that reached ``max_k`` candidates).
         timings: wall-clock seconds per stage: ``"total"`` for the whole call; for a hybrid retriever each
             branch by name and ``"fusion"``; for a vector retriever ``"embed"`` and ``"search"``
             (prefixed with the branch name inside a hybrid, e.g. ``"vector/embed"``).
@@ -84,12 +89,14 @@ class RetrievalResult:
     partial: bool = False
     timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     zero_vector_branches: tuple[str, ...] = ()
+    incomplete: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "documents", tuple(self.documents))
         object.__setattr__(self, "failed_branches", _frozen(self.failed_branches))
         object.__setattr__(self, "timings", _frozen(self.timings))
         object.__setattr__(self, "zero_vector_branches", tuple(self.zero_vector_branches))
+        object.__setattr__(self, "incomplete", _frozen(self.incomplete))
 
     @property
     def retrieval_failed(self) -> bool:
@@ -100,13 +107,14 @@ class RetrievalResult:
 class _Collector:
     """What the stages of one call report; one per :func:`retrieve_result` call, never shared."""
 
-    __slots__ = ("absorbed", "failed", "timings", "zero_vector")
+    __slots__ = ("absorbed", "failed", "incomplete", "timings", "zero_vector")
 
     def __init__(self) -> None:
         self.failed: dict[str, Exception] = {}
         self.absorbed = False
         self.timings: dict[str, float] = {}
         self.zero_vector: list[str] = []
+        self.incomplete: dict[str, str] = {}
 
 
 _collector: ContextVar[_Collector | None] = ContextVar("fastrag_retrieval_collector", default=None)
@@ -180,6 +188,14 @@ def record_zero_vector(name: str) -> None:
             collector.zero_vector.append(branch)
 
 
+def record_incomplete(name: str, reason: str) -> None:
+    """Report that stage ``name`` stopped before examining every candidate, and why: the current
+    :func:`retrieve_result` call (if any) is then ``partial``, with ``incomplete[name] = reason``."""
+    collector = _collector.get()
+    if collector is not None:
+        collector.incomplete[_prefix.get() + name] = reason
+
+
 def record_branch_failure(name: str, error: Exception, *, absorbed: bool) -> None:
     """Report that branch ``name`` failed with ``error``.
 
@@ -250,9 +266,10 @@ async def retrieve_result(
     return RetrievalResult(
         documents=tuple(documents),
         failed_branches=collector.failed,
-        partial=collector.absorbed,
+        partial=collector.absorbed or bool(collector.incomplete),
         timings=collector.timings,
         zero_vector_branches=tuple(collector.zero_vector),
+        incomplete=collector.incomplete,
     )
 
 

@@ -129,6 +129,7 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 _READ_FIELDS = [ID_FIELD, CONTENT_FIELD, METADATA_FIELD]
 _PAGE = 256
+_ABANDONABLE = frozenset({"query_points", "query_batch_points", "scroll", "count"})  # reads of local mode
 _INT64 = 2**63
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")
 _RANGE_ARG = {"greaterThan": "gt", "greaterThanOrEquals": "gte", "lessThan": "lt", "lessThanOrEquals": "lte"}
@@ -649,7 +650,10 @@ class QdrantVectorStore:
             if self._is_async:
                 return await getattr(self._client, method)(**kwargs)
             call = functools.partial(getattr(self._client, method), **kwargs)
-            return await anyio.to_thread.run_sync(self._locked, call)
+            # A read is abandoned when its caller is cancelled (a branch_timeout, a cancel scope): local
+            # mode cannot be interrupted, so the call returns on time and the thread finishes unobserved,
+            # holding the store's lock until then. A write is always waited for.
+            return await anyio.to_thread.run_sync(self._locked, call, abandon_on_cancel=method in _ABANDONABLE)
         except FastragError:
             raise
         except Exception as exc:

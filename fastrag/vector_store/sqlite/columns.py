@@ -67,6 +67,7 @@ import numpy as np
 
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import Comparison, Filter, Not, Or, matches, parse_date, parse_filter
+from fastrag.vector_store.sqlite.cancellation import checked
 from fastrag.vector_store._metadata import epoch_micros
 
 __all__ = ["MISSING", "Column", "filter_mask"]
@@ -753,7 +754,7 @@ def _by_reference(comparison: Comparison, col: Column) -> np.ndarray:
     """The reference itself, once per distinct entry."""
     key = comparison.key
     return np.fromiter(
-        (matches(comparison, {} if entry is MISSING else {key: entry}) for entry in col._entries),
+        (matches(comparison, {} if entry is MISSING else {key: entry}) for entry in checked(col._entries)),
         dtype=bool,
         count=col.cardinality,
     )

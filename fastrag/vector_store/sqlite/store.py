@@ -96,7 +96,7 @@ from fastrag.vector_store._validation import (
     check_query_vector,
     check_unique_ids,
 )
-from fastrag.vector_store.sqlite import lexical, snapshot
+from fastrag.vector_store.sqlite import cancellation, lexical, snapshot
 from fastrag.vector_store.sqlite.columns import Column, filter_mask
 from fastrag.vector_store.sqlite.rows import (
     IN_CHUNK,
@@ -276,6 +276,7 @@ class SQLiteVectorStore:
     def _connect(self, *, reader: bool) -> sqlite3.Connection:
         """A connection with this store's settings: busy timeout, PRAGMAs."""
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=_BUSY_TIMEOUT_S)
+        cancellation.install(conn)  # a cancelled read stops inside SQLite (fastrag.vector_store.sqlite.cancellation)
         try:
             if not self._private:
                 conn.execute("PRAGMA synchronous=NORMAL")
@@ -520,6 +521,8 @@ class SQLiteVectorStore:
                 try:
                     return fn(*args)
                 except sqlite3.Error as exc:
+                    if cancellation.is_interrupt(exc):
+                        cancellation.raise_if_cancelled()  # the caller was cancelled: raise that, not an error
                     raise self._error(exc) from exc
                 except FastragError:
                     raise
@@ -547,6 +550,9 @@ class SQLiteVectorStore:
             healthy = True
             return result
         except sqlite3.Error as exc:
+            if cancellation.is_interrupt(exc):
+                healthy = not conn.in_transaction
+                cancellation.raise_if_cancelled()  # the caller was cancelled: raise that, not an error
             raise self._error(exc) from exc
         except FastragError:
             healthy = not conn.in_transaction  # our own error (a bad filter): the connection is fine
@@ -554,7 +560,7 @@ class SQLiteVectorStore:
         except _CORRUPT_DATA as exc:
             healthy = not conn.in_transaction
             raise BackendError(_corrupt(exc), store=self.path) from exc
-        except Exception:
+        except BaseException:  # anything else, the caller's cancellation raised by a checkpoint included
             healthy = not conn.in_transaction
             raise
         finally:
@@ -605,9 +611,10 @@ class SQLiteVectorStore:
         """``fn(conn, snapshot, *args)`` inside one read transaction on ``conn``; rolled back after."""
         conn.execute("BEGIN")
         try:
-            # the first read starts the transaction's snapshot; the generation names the state it sees
-            generation = conn.execute(GENERATION_SQL).fetchone()[0]
-            return fn(conn, self._snapshot_for(conn, generation), *args)
+            with cancellation.reading():  # a cancelled caller stops this read (SQL and filter loops)
+                # the first read starts the transaction's snapshot; the generation names the state it sees
+                generation = conn.execute(GENERATION_SQL).fetchone()[0]
+                return fn(conn, self._snapshot_for(conn, generation), *args)
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")  # a read transaction: nothing to commit
