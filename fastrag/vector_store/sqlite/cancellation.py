@@ -12,7 +12,8 @@ itself soon after its caller was cancelled, without ever abandoning a connection
   :data:`CHECK_EVERY` items.
 
 Only reads are interrupted (a thread-local flag set by :func:`reading`): a write always finishes its
-transaction. Outside an anyio worker thread (a synchronous caller) both hooks do nothing.
+transaction, and so does a step that extends a cache shared by every read (:func:`uninterrupted`: the
+in-memory snapshot is appended to in place). Outside an anyio worker thread (a synchronous caller) both hooks do nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "is_interrupt",
     "raise_if_cancelled",
     "reading",
+    "uninterrupted",
 ]
 
 T = TypeVar("T")
@@ -51,6 +53,17 @@ def reading() -> Iterator[None]:
     """Mark this thread's work, until the block ends, as a read that may be interrupted."""
     previous = getattr(_state, "reading", False)
     _state.reading = True
+    try:
+        yield
+    finally:
+        _state.reading = previous
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Within a read, a step that must finish whole once begun (it extends a cache other reads share)."""
+    previous = getattr(_state, "reading", False)
+    _state.reading = False
     try:
         yield
     finally:

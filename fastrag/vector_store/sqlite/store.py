@@ -614,7 +614,9 @@ class SQLiteVectorStore:
             with cancellation.reading():  # a cancelled caller stops this read (SQL and filter loops)
                 # the first read starts the transaction's snapshot; the generation names the state it sees
                 generation = conn.execute(GENERATION_SQL).fetchone()[0]
-                return fn(conn, self._snapshot_for(conn, generation), *args)
+                with cancellation.uninterrupted():  # it appends to the shared arena: whole or not at all
+                    snap = self._snapshot_for(conn, generation)
+                return fn(conn, snap, *args)
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")  # a read transaction: nothing to commit
