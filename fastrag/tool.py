@@ -53,8 +53,9 @@ from fastrag.filters import (
     Filter,
     comparisons,
 )
-from fastrag.models import HEADINGS, SOURCE_URI, TITLE, Document
+from fastrag.models import CHUNK_INDEX, CONTENT_HASH, HEADINGS, PARENT_ID, SOURCE_URI, TITLE, Document
 from fastrag.retrieval.limits import MAX_K, MAX_QUERY_CHARS
+from fastrag.search_settings import SearchSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from fastrag.knowledge_base import KnowledgeBase
@@ -67,6 +68,10 @@ DEFAULT_MAX_TOP_K = 50
 """The largest ``top_k`` a tool offers when ``max_top_k`` is not given (lower when the knowledge base cannot
 serve it: see :meth:`KnowledgeBaseTool.for_knowledge_base`)."""
 
+# built-in keys a function-calling tool does not offer (the model never sees their values)
+_TOOL_HIDDEN_KEYS = frozenset(
+    {CONTENT_HASH, "chunker", "section_index", "section_start", "section_end", CHUNK_INDEX, PARENT_ID}
+)
 _ARGUMENTS = ("query", "top_k", "offset", "filter")
 _COMPARISON_DEFS = {"scalar": "comparison", "set": "set_comparison", "range": "range_comparison",
                     "string": "string_comparison"}  # fmt: skip
@@ -195,8 +200,6 @@ class KnowledgeBaseTool:
                 ``max_top_k``]; no ``scope`` on a knowledge base with ``require_scope`` (every call would
                 fail); ``group_by`` not a non-empty string.
         """
-        from fastrag.knowledge_base import _TOOL_HIDDEN_KEYS, SearchSettings
-
         if not isinstance(name, str) or not re.match(TOOL_NAME_PATTERN, name):
             raise InvalidParameterError(f"tool name must match {TOOL_NAME_PATTERN}, got {name!r}")
         if description is not None and (not isinstance(description, str) or not description.strip()):

@@ -541,7 +541,7 @@ class SectionIndex:
             BackendError: SQLite failed; nothing was written.
         """
         from fastrag.errors import IngestionError
-        from fastrag.ingestion.pipeline import source_uri_of
+        from fastrag.ingestion.sources import source_uri_of
 
         raw = os.fspath(path) if isinstance(path, os.PathLike) else path
         if not isinstance(raw, str) or not raw or "\x00" in raw:
