@@ -225,18 +225,18 @@ def test_two_indexers_into_one_store_both_finish(tmp_path: Path) -> None:
     # with a bare anyio.BrokenResourceError (exit 1). Now they take turns and both finish.
     for folder in ("a", "b"):
         write_files(tmp_path, {f"{folder}/f{i:03d}.md": f"# {folder}{i}\n\nField report {folder} number {i}.\n"
-                               for i in range(100)})  # fmt: skip
+                               for i in range(50)})  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTRAG_")}
     runs = [subprocess.Popen([sys.executable, "-m", "fastrag.cli", "index", folder], cwd=tmp_path, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for folder in ("a", "b")]  # fmt: skip
     outputs = [run.communicate(timeout=300) for run in runs]
     for run, (out, err) in zip(runs, outputs, strict=True):
         assert run.returncode == 0, err
-        assert "indexed 100 files (100 chunks)" in out and "Traceback" not in err
+        assert "indexed 50 files (50 chunks)" in out and "Traceback" not in err
     check = run_process("search", "field report", "--mode", "keyword", "--json", "--top-k", "1", cwd=tmp_path)
     assert check.returncode == 0
     count = run_process("index", "a", "b", cwd=tmp_path)
-    assert "indexed 0 files (0 chunks), 200 unchanged" in count.stdout and "the store holds 200 chunks" in count.stdout
+    assert "indexed 0 files (0 chunks), 100 unchanged" in count.stdout and "the store holds 100 chunks" in count.stdout
 
 
 def test_an_indexer_waiting_past_the_lock_timeout_exits_3_naming_the_store(tmp_path: Path) -> None:
