@@ -106,7 +106,8 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         max_batch_tokens: the most tokens per request, counted with ``count_tokens`` (OpenAI allows 300,000);
             ``None``: no token limit.
         count_tokens: ``text -> tokens`` for ``max_batch_tokens`` (e.g. a ``tiktoken`` encoder's
-            ``lambda t: len(enc.encode(t))``); default the UTF-8 length in bytes (an upper bound).
+            ``lambda t: len(enc.encode(t))``; ``len`` to batch by characters); default the UTF-8 length in
+            bytes (an upper bound).
         max_text_characters: cut each text to this many characters before sending (the endpoint refuses
             texts past its context; TEI can truncate itself with ``extra_body={"truncate": True}``).
         max_concurrency: the most requests in flight at once for this embedder.
