@@ -20,12 +20,13 @@ against an independent, unpadded computation).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -233,9 +234,10 @@ class SentenceTransformerEmbedder:
             except ImportError as exc:
                 raise ConfigurationError(f"SentenceTransformerEmbedder needs sentence-transformers: {INSTALL_HINT}") from exc
             try:
-                model = SentenceTransformer(
-                    str(self.model_path), device=self.device, local_files_only=True, trust_remote_code=False
-                )
+                with _quiet_loading():
+                    model = SentenceTransformer(
+                        str(self.model_path), device=self.device, local_files_only=True, trust_remote_code=False
+                    )
             except Exception as exc:  # torch, transformers and tokenizers errors share no base class
                 raise EmbeddingError(f"cannot load a sentence-transformers model from {str(self.model_path)!r}: {exc}") from exc
             if self.max_seq_length is not None:
@@ -260,6 +262,24 @@ class SentenceTransformerEmbedder:
         if not np.isfinite(matrix).all():
             raise EmbeddingError(f"{self!r} produced NaN or infinite values")
         return l2_normalize(matrix)
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No "Loading weights" progress bar from transformers on stderr while a model loads (the bar is a
+    process-wide setting of transformers; it is restored afterwards)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - sentence-transformers depends on transformers
+        yield
+        return
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _no_fixed_padding(model: Any) -> None:
