@@ -792,3 +792,32 @@ async def test_a_store_write_failure_surfaces_as_the_stores_error_not_a_broken_q
     with pytest.raises(TransientBackendError, match="database is locked") as info:
         await pipeline(LockedStore(), batch_size=1).run([tmp_path])
     assert info.value.store == "locked.db"
+
+
+class SizeRecordingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    async def embed_documents(self, texts):  # noqa: ANN001, ANN201
+        self.calls.append(len(texts))
+        return await super().embed_documents(texts)
+
+
+@pytest.mark.anyio
+async def test_one_large_file_is_embedded_in_slices_so_progress_moves_within_it(tmp_path: Path) -> None:
+    # issue 16.8: a large file's chunks travel in one batch (one upsert); embedding them in one call left the
+    # bar still for as long as the file took. They are embedded 1,024 at a time, and stored the same.
+    write(tmp_path, "big.txt", "\n\n".join(f"paragraph {i} " + "word " * 30 for i in range(2500)))
+    embedder, store = SizeRecordingEmbedder(), SpyStore()
+    pipe = IngestionPipeline(embedder=embedder, vector_store=store, show_progress=False,
+                             chunker=Chunker(chunk_size=200, chunk_overlap=0))
+    report = await pipe.run([tmp_path])
+    assert report.chunks_written == len(store.upserted) > 2048
+    assert max(embedder.calls) == 1024 and len(embedder.calls) >= 3
+    # each chunk is stored with its own vector, past the first slice too: searching by it finds it first
+    for chunk_id in (store.upserted[5], store.upserted[2100]):
+        (chunk,) = await store.get(ids=[chunk_id])
+        query = await HashingEmbedder().embed_query(f"{chunk.metadata['title']}\n{chunk.content}")
+        hits = await store.search_vector(query, k=20)
+        assert any(hit.id == chunk_id and hit.score == pytest.approx(1.0) for hit in hits)

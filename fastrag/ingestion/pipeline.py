@@ -99,6 +99,7 @@ DEFAULT_PARSE_TIMEOUT = 120.0
 
 _DETECT_CHARS = 2_000  # characters of a document its language is detected from (a paragraph settles it)
 _ID_BATCH = 500  # ids per get/delete call, well under every backend's limit on query size
+_EMBED_SLICE = 1024  # texts per embedding call within one oversized batch (progress moves between slices)
 
 CHUNKER = "chunker"
 """Chunk metadata key: the :attr:`~fastrag.ingestion.chunking.Chunker.fingerprint` of the chunker that cut
@@ -606,7 +607,7 @@ class IngestionPipeline:
         state.completed.clear()
         if not documents and not completed:
             return
-        embeddings = await self._embedder.embed_documents(texts) if documents else None
+        embeddings = await self._embed(texts, state) if documents else None
         if embeddings is not None and len(documents):
             zero = int(np.count_nonzero(~np.asarray(embeddings).any(axis=1)))
             if zero:
@@ -620,6 +621,17 @@ class IngestionPipeline:
                 key = doc.metadata.get(LANGUAGE) or ""
                 state.languages[key] = state.languages.get(key, 0) + 1
         await send.send(_Batch(documents=documents, embeddings=embeddings, completed=completed))
+
+    async def _embed(self, texts: list[str], state: _Run) -> np.ndarray:
+        """Embed ``texts``; a batch larger than :data:`_EMBED_SLICE` (one large file's chunks travel in one
+        batch) is embedded slice by slice, so the progress bar's chunk count moves during a large file."""
+        step = max(self._batch_size, _EMBED_SLICE)
+        parts = []
+        for start in range(0, len(texts), step):
+            parts.append(await self._embedder.embed_documents(texts[start : start + step]))
+            if state.bar is not None:
+                state.bar.chunks_embedded(len(parts[-1]))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
     async def _write_batches(self, receive: MemoryObjectReceiveStream[_Batch], state: _Run) -> None:
         async with receive:
@@ -637,8 +649,6 @@ class IngestionPipeline:
                     group.start_soon(partial(self._vector_store.upsert, documents, embeddings=batch.embeddings))
                     group.start_soon(partial(self._lexical_store.upsert, documents))
             state.chunks_written += len(documents)
-            if state.bar is not None:
-                state.bar.chunks_written(len(documents))
         for stale in batch.completed:
             for store in self._stores:
                 await store.delete(filter=stale)
@@ -674,7 +684,7 @@ class IngestionPipeline:
 
 
 class _ChunksColumn(ProgressColumn):
-    """Chunks written so far and their rate: ``1,234 chunks (56/s)``."""
+    """Chunks embedded so far and their rate: ``1,234 chunks (56/s)``."""
 
     def render(self, task: Task) -> Text:
         chunks = int(task.fields.get("chunks", 0))
@@ -684,8 +694,8 @@ class _ChunksColumn(ProgressColumn):
 
 
 class _ProgressBar:
-    """A :mod:`rich` progress bar on stderr: bytes read (with rate and ETA), files done, chunks written
-    (with rate). Every method is a no-op when progress is off."""
+    """A :mod:`rich` progress bar on stderr: bytes read (with rate and ETA), files done, chunks embedded
+    (with rate; it moves within a large file too). Every method is a no-op when progress is off."""
 
     def __init__(self, show: bool | None, *, files: int, total_bytes: int) -> None:
         if show is None:
@@ -726,7 +736,7 @@ class _ProgressBar:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, advance=size, done=self._done)
 
-    def chunks_written(self, count: int) -> None:
+    def chunks_embedded(self, count: int) -> None:
         self._chunks += count
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, chunks=self._chunks)
