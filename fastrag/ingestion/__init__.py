@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
         parse_text,
     )
     from fastrag.ingestion.pipeline import CHUNKER, HEADINGS, IngestionFailure, IngestionPipeline, IngestionReport
+    from fastrag.ingestion.sources import SkippedFile
     from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
     from fastrag.ingestion.steps.cohere import CohereEmbedder
     from fastrag.ingestion.steps.embedding import DEFAULT_MODEL, Model2VecEmbedder, l2_normalize
@@ -54,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "IngestionFailure": "fastrag.ingestion.pipeline",
     "IngestionPipeline": "fastrag.ingestion.pipeline",
     "IngestionReport": "fastrag.ingestion.pipeline",
+    "SkippedFile": "fastrag.ingestion.sources",
     "Model2VecEmbedder": "fastrag.ingestion.steps.embedding",
     "ParsedDocument": "fastrag.ingestion.parsers",
     "Section": "fastrag.ingestion.parsers",
@@ -80,6 +82,7 @@ __all__ = [
     "IngestionFailure",
     "IngestionPipeline",
     "IngestionReport",
+    "SkippedFile",
     "Model2VecEmbedder",
     "OpenAICompatibleEmbedder",
     "ParsedDocument",
