@@ -125,7 +125,7 @@ def _marked(node: object) -> object:
     return {op: {"key": "Ω" + body["key"], "value": value}}
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(filter_json=filter_strategy(FILTER_CORPUS), extra=_MARKED)
 def test_no_key_or_value_ever_reaches_the_sql_text(filter_json: dict, extra: str) -> None:
     marked = _marked({"andAll": [filter_json, cmp("equals", extra, extra)]})

@@ -28,7 +28,7 @@ from fastrag.errors import (
     UnsupportedFilterError,
 )
 from fastrag.models import Document
-from fastrag.testing.store_contract import KNN_DOCS, KNN_QUERY, KNN_VECTORS, StoreContract, corpus_embeddings
+from fastrag.testing.store_contract import KNN_DOCS, KNN_QUERY, KNN_VECTORS, StoreContract
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 pytest.importorskip("psycopg_pool", reason="the postgres extra is not installed")
@@ -413,3 +413,23 @@ async def test_a_table_indexed_by_another_text_analysis_is_refused(postgres_url:
     await _sql(postgres_url, f"DELETE FROM {table}")  # an empty table is simply stamped with this analysis
     async with PgVectorStore(postgres_url, table=table) as store:
         assert await store.count() == 0
+
+
+@pytest.mark.anyio
+async def test_concurrent_upserts_of_one_id_end_with_one_document(postgres_url: str, table: str) -> None:
+    """Two stores write the same id at once: the loser's unique violation is transient, so a RetryingStore
+    sends its upsert again and it replaces the winner's document (never two rows, never a lost write)."""
+    import anyio
+
+    from fastrag.retry import RetryingStore, RetryPolicy
+
+    policy = RetryPolicy(max_attempts=5, initial_backoff=0.01, jitter=False)
+    async with PgVectorStore(postgres_url, table=table) as a, PgVectorStore(postgres_url, table=table) as b:
+        await a.count()
+        for round_ in range(5):
+            async with anyio.create_task_group() as tg:
+                for store, who in ((a, "a"), (b, "b")):
+                    docs = [Document(id=f"same{round_}", content=f"written by {who}")]
+                    tg.start_soon(RetryingStore(store, policy=policy).upsert, docs)
+        assert await a.count() == 5
+        assert {d.content for d in await a.get()} <= {"written by a", "written by b"}

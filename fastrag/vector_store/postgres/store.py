@@ -38,22 +38,18 @@ import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import anyio
 import numpy as np
 
 from fastrag.analysis import Analyzer, primary_language
 from fastrag.errors import (
-    AuthenticationError,
     BackendError,
-    BackendTemporarilyUnavailableError,
     BackendUnavailableError,
     ConfigurationError,
     DimensionMismatchError,
     FastragError,
     InvalidParameterError,
-    TransientBackendError,
 )
 from fastrag.filters import FilterLike, combine_filters, parse_date
 from fastrag.models import Document
@@ -65,7 +61,9 @@ from fastrag.vector_store._validation import (
     check_unique_ids,
     distinct_ids,
 )
+from fastrag.vector_store.postgres.connection import backend_error, parse_url, redacted
 from fastrag.vector_store.postgres.filters import PgWhere, translate_filter
+from fastrag.vector_store.postgres.queries import bm25_query, knn_query
 from fastrag.vector_store.postgres.schema import (
     SCHEMA_VERSION,
     Names,
@@ -81,40 +79,18 @@ DEFAULT_TABLE = "fastrag"
 """The table a store uses when none is named."""
 BM25_K1 = 1.2
 BM25_B = 0.75
-_URL_OPTIONS = {"table", "dimension", "timeout", "create", "pool_size", "ef_search"}
 T = TypeVar("T")
 
 
 def _drivers() -> tuple[Any, Any]:
     """``(psycopg, psycopg_pool)``, or :class:`ConfigurationError` with the install command."""
     try:
-        import pgvector.psycopg  # noqa: F401
+        import pgvector.psycopg  # noqa: F401  (imported to check the extra is complete)
         import psycopg
         import psycopg_pool
     except ImportError as exc:
         raise ConfigurationError(f"the PostgreSQL store needs psycopg, psycopg-pool and pgvector: {INSTALL_HINT}") from exc
     return psycopg, psycopg_pool
-
-
-def _flag(url: str, name: str, value: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(f"{url}: {name} must be true or false, got {value!r}")
-
-
-def _redacted(conninfo: str) -> str:
-    """``conninfo`` without its password, for messages and logs."""
-    if "://" not in conninfo:
-        return " ".join(part for part in conninfo.split() if not part.lower().startswith("password="))
-    parts = urlsplit(conninfo)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}@" if parts.username else ""
-    return f"{parts.scheme}://{user}{host}{parts.path}"
 
 
 def _check_text(value: str, what: str) -> None:
@@ -249,7 +225,7 @@ class PgVectorStore:
         self._open_lock = anyio.Lock()
         self._ready_done = False
         self._closed = False
-        where = _redacted(conninfo) if conninfo is not None else type(pool).__name__
+        where = redacted(conninfo) if conninfo is not None else type(pool).__name__
         self.name = f"postgres {where} table {table!r}"
 
     @classmethod
@@ -264,32 +240,12 @@ class PgVectorStore:
         Raises:
             ConfigurationError: the URL is not a PostgreSQL URL or an option is invalid.
         """
-        if not isinstance(url, str):
-            raise ConfigurationError(f"store URL must be a string, got {url!r}")
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in ("postgresql", "postgres"):
-            raise ConfigurationError(f"{url!r} is not a PostgreSQL URL; use postgresql://USER@HOST:PORT/DB?table=NAME")
-        options: dict[str, str] = {}
-        passthrough: list[tuple[str, str]] = []
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            (options.__setitem__(key, value) if key in _URL_OPTIONS else passthrough.append((key, value)))
-        args: dict[str, Any] = {}
-        if "table" in options:
-            args["table"] = unquote(options["table"])
-        if "create" in options:
-            args["create"] = _flag(url, "create", options["create"])
-        for name, kind in (("dimension", int), ("timeout", float), ("pool_size", int), ("ef_search", int)):
-            if name in options:
-                try:
-                    args[name] = kind(options[name])
-                except ValueError as exc:
-                    raise ConfigurationError(f"{url}: {name} must be a number, got {options[name]!r}") from exc
-        conninfo = parts._replace(scheme="postgresql", query=urlencode(passthrough, quote_via=quote)).geturl()
+        conninfo, args = parse_url(url)
         args.update(kwargs)
         try:
             return cls(conninfo, **args)
         except InvalidParameterError as exc:
-            raise ConfigurationError(f"{_redacted(url)}: {exc}") from exc
+            raise ConfigurationError(f"{redacted(url)}: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"PgVectorStore({self.name!r})"
@@ -319,32 +275,8 @@ class PgVectorStore:
             except Exception as exc:  # noqa: BLE001 - closing must not mask the caller's own error
                 raise BackendError(f"closing the connection pool failed: {exc}", store=self.name) from exc
 
-    def _error(self, what: str, exc: BaseException) -> FastragError:
-        """fastrag's error for a psycopg failure (see the module docstring)."""
-        psycopg = self._psycopg
-        errors = psycopg.errors
-        text = " ".join(str(exc).split())[:500] or type(exc).__name__
-        message = f"{what} failed: {type(exc).__name__}: {text}"
-        if isinstance(exc, errors.QueryCanceled):
-            return BackendTemporarilyUnavailableError(
-                f"{what} timed out (statement_timeout {self.timeout:g} s): {text}", store=self.name
-            )
-        if isinstance(exc, self._pool_module.PoolTimeout):
-            return BackendTemporarilyUnavailableError(
-                f"{what}: no connection within {self.timeout:g} s: {text}", store=self.name
-            )
-        sqlstate = getattr(exc, "sqlstate", None) or ""
-        if sqlstate.startswith("28"):
-            return AuthenticationError(message, store=self.name)
-        if sqlstate in ("40001", "40P01", "55P03"):  # serialization failure, deadlock, lock not available
-            return TransientBackendError(message, store=self.name)
-        if isinstance(exc, psycopg.OperationalError) and (
-            not sqlstate or sqlstate.startswith(("08", "57P", "53"))
-        ):  # no connection, connection lost, server shutting down, too many connections or out of resources
-            return BackendTemporarilyUnavailableError(message, store=self.name)
-        if isinstance(exc, psycopg.InterfaceError | OSError | TimeoutError):
-            return BackendTemporarilyUnavailableError(message, store=self.name)
-        return BackendError(message, store=self.name)
+    def _map_error(self, what: str, exc: BaseException) -> FastragError:
+        return backend_error(what, exc, store=self.name, timeout=self.timeout)
 
     async def _ready(self) -> None:
         """Open the pool and create or check the tables, once."""
@@ -378,7 +310,7 @@ class PgVectorStore:
             except FastragError:
                 raise
             except Exception as exc:
-                raise self._error("opening the store", exc) from exc
+                raise self._map_error("opening the store", exc) from exc
             self._ready_done = True
 
     async def _prepare(self, conn: Any) -> None:
@@ -519,7 +451,7 @@ class PgVectorStore:
         except FastragError:
             raise
         except Exception as exc:
-            raise self._error(what, exc) from exc
+            raise self._map_error(what, exc) from exc
 
     async def _configure(self, conn: Any) -> None:
         """Each new connection of the store's own pool: pgvector's types, and the k-NN session settings."""
@@ -605,6 +537,7 @@ class PgVectorStore:
             return rows, term_ids, terms, tfs
 
         rows, term_ids, terms, tfs = await anyio.to_thread.run_sync(prepare)
+        postings = list(zip(term_ids, terms, tfs, strict=True))
         languages = {self._language_key(d.metadata.get("language")) for d in docs}
         names = self._names
 
@@ -625,16 +558,22 @@ class PgVectorStore:
             async with conn.cursor() as cur:
                 await cur.executemany(
                     names.fmt("INSERT INTO {table} (id, content, metadata, metadata_text, dates, embedding, doc_len)"
-                              " VALUES (%s, %s, %s::jsonb, %s, %s::jsonb, %s, %s)"),
+                              " VALUES (%s, %s, %s::jsonb, %s, %s::jsonb, %s, %s) RETURNING doc_key"),
                     [(*r[:5], None if matrix is None else matrix[i], r[5]) for i, r in enumerate(rows)],
+                    returning=True,
                 )
-            if terms:
-                await conn.execute(
-                    names.fmt("INSERT INTO {terms} (term, doc_key, tf, doc_len)"
-                              " SELECT u.term, d.doc_key, u.tf, d.doc_len FROM unnest(%s::text[], %s::text[], %s::int[])"
-                              " AS u(id, term, tf) JOIN {table} d ON d.id = u.id ORDER BY u.term, d.doc_key"),
-                    [term_ids, terms, tfs],
-                )
+                keys = []
+                while True:
+                    keys.append((await cur.fetchone())[0])
+                    if not cur.nextset():
+                        break
+                if postings:  # COPY in binary: no per-row statement, and the ids need no lookup
+                    by_id = {r[0]: (key, r[5]) for r, key in zip(rows, keys, strict=True)}
+                    async with cur.copy(names.fmt("COPY {terms} (term, doc_key, tf, doc_len) FROM STDIN (FORMAT BINARY)")) as copy:
+                        copy.set_types(["text", "int8", "int4", "int4"])
+                        for doc_id, term, tf in sorted(postings, key=lambda p: (p[1], by_id[p[0]][0])):
+                            key, length = by_id[doc_id]
+                            await copy.write_row((term, key, tf, length))
             await conn.execute(
                 names.fmt("UPDATE {stats} SET n_docs = n_docs + %s, total_len = total_len + %s"),
                 [len(rows) - removed[0], sum(r[5] for r in rows) - int(removed[1])],
@@ -801,7 +740,6 @@ class PgVectorStore:
             BackendError: PostgreSQL failed.
         """
         from pgvector import Vector
-        from psycopg import sql
 
         check_k(k)
         query = check_query_vector(embedding, dimension=self.dimension, store=self.name)
@@ -810,7 +748,6 @@ class PgVectorStore:
         query = check_query_vector(query, dimension=self.dimension, store=self.name)
         vector = Vector(query / np.float32(np.linalg.norm(query)))
         select = self._knn_sql(where)
-
         settings = not self._owns_pool or k + 1 > self.ef_search  # else the pool's session settings serve
 
         async def search(conn: Any) -> list[tuple[float, Document]]:
@@ -860,8 +797,6 @@ class PgVectorStore:
             FilterError: the filter is malformed; UnsupportedFilterError: it cannot be expressed.
             BackendError: PostgreSQL failed.
         """
-        from psycopg import sql
-
         check_k(k)
         if not isinstance(query, str):
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
@@ -890,34 +825,9 @@ class PgVectorStore:
                 for r, (i, c, m, s) in enumerate(rows)]
 
     def _bm25_sql(self, where: Any) -> Any:
-        """The BM25 query (a ``psycopg.sql.Composed``): parameters ``[terms, *where's, k]``."""
-        from psycopg import sql
-
-        names = self._names
-        # Materialised steps keep the plan to what BM25 needs whatever the planner's statistics say: the
-        # query terms' postings (index-only range scans of the primary key, which covers tf and doc_len),
-        # their document frequencies, the scores per document; then the documents they name, filtered and cut.
-        return sql.SQL(
-            "WITH p AS MATERIALIZED (SELECT term, doc_key, tf, doc_len FROM {terms} WHERE term = ANY(%s)),"
-            " st AS MATERIALIZED (SELECT n_docs::float8 AS n,"
-            "                     greatest(total_len, 1)::float8 / greatest(n_docs, 1) AS avgdl FROM {stats}),"
-            " w AS MATERIALIZED (SELECT term, ln(1 + ((SELECT n FROM st) - count(*) + 0.5) / (count(*) + 0.5)) AS idf"
-            "                    FROM p GROUP BY term),"
-            " s AS (SELECT p.doc_key, sum(w.idf * p.tf * {k1p1}"
-            "              / (p.tf + {k1} * (1 - {b} + {b} * p.doc_len / (SELECT avgdl FROM st)))) AS score"
-            "       FROM p JOIN w ON w.term = p.term GROUP BY p.doc_key)"
-            " SELECT d.id, d.content, d.metadata_text, s.score FROM s JOIN {table} d ON d.doc_key = s.doc_key"
-            " WHERE {where} ORDER BY s.score DESC, d.id COLLATE \"C\" LIMIT %s"
-        ).format(
-            stats=names.stats, terms=names.terms, table=names.table, where=where,
-            k1p1=sql.Literal(BM25_K1 + 1), k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B),
-        )
+        """The BM25 statement (parameters ``[terms, *where's, k]``); see :func:`~.queries.bm25_query`."""
+        return bm25_query(self._names, where, k1=BM25_K1, b=BM25_B)
 
     def _knn_sql(self, where: Any) -> Any:
-        """The k-NN query (a ``psycopg.sql.Composed``): parameters ``[vector, *where's, vector, limit]``."""
-        from psycopg import sql
-
-        return sql.SQL(
-            "SELECT id, content, metadata_text, -(embedding <#> %s) AS score FROM {table}"
-            " WHERE embedding IS NOT NULL AND {where} ORDER BY embedding <#> %s LIMIT %s"
-        ).format(table=self._names.table, where=where)
+        """The k-NN statement (parameters ``[vector, *where's, vector, limit]``); see :func:`~.queries.knn_query`."""
+        return knn_query(self._names, where)

@@ -1,0 +1,59 @@
+"""The two read statements of :class:`~fastrag.vector_store.postgres.PgVectorStore`: BM25 and k-NN.
+
+Each is a ``psycopg.sql.Composed`` over one store's tables (:class:`~fastrag.vector_store.postgres.schema.Names`)
+and a ``WHERE`` condition (:func:`~fastrag.vector_store.postgres.filters.translate_filter`'s SQL); values are
+parameters. The benchmarks send the same statements through a bare psycopg connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastrag.vector_store.postgres.schema import Names
+
+__all__ = ["bm25_query", "knn_query"]
+
+
+def bm25_query(names: Names, where: Any, *, k1: float, b: float) -> Any:
+    """BM25 (Lucene's formula: ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, term part
+    ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))``) of every document holding a query term, filtered
+    by ``where``, best first, ties by id (code point order).
+
+    Parameters, in order: the distinct query terms (``text[]``), ``where``'s parameters, ``k``. Rows:
+    ``(id, content, metadata_text, score)``.
+    """
+    from psycopg import sql
+
+    # Materialised steps keep the plan to what BM25 needs whatever the planner's statistics say: the
+    # query terms' postings (index-only range scans of the primary key, which covers tf and doc_len),
+    # their document frequencies, the scores per document; then the documents they name, filtered and cut.
+    return sql.SQL(
+        "WITH p AS MATERIALIZED (SELECT term, doc_key, tf, doc_len FROM {terms} WHERE term = ANY(%s)),"
+        " st AS MATERIALIZED (SELECT n_docs::float8 AS n,"
+        "                     greatest(total_len, 1)::float8 / greatest(n_docs, 1) AS avgdl FROM {stats}),"
+        " w AS MATERIALIZED (SELECT term, ln(1 + ((SELECT n FROM st) - count(*) + 0.5) / (count(*) + 0.5)) AS idf"
+        "                    FROM p GROUP BY term),"
+        " s AS (SELECT p.doc_key, sum(w.idf * p.tf * {k1p1}"
+        "              / (p.tf + {k1} * (1 - {b} + {b} * p.doc_len / (SELECT avgdl FROM st)))) AS score"
+        "       FROM p JOIN w ON w.term = p.term GROUP BY p.doc_key)"
+        " SELECT d.id, d.content, d.metadata_text, s.score FROM s JOIN {table} d ON d.doc_key = s.doc_key"
+        " WHERE {where} ORDER BY s.score DESC, d.id COLLATE \"C\" LIMIT %s"
+    ).format(
+        stats=names.stats, terms=names.terms, table=names.table, where=where,
+        k1p1=sql.Literal(k1 + 1), k1=sql.Literal(k1), b=sql.Literal(b),
+    )
+
+
+def knn_query(names: Names, where: Any) -> Any:
+    """The documents with a vector matching ``where``, by pgvector's inner product with the (unit) query
+    vector, nearest first (the HNSW index's order: ``ORDER BY embedding <#> q``).
+
+    Parameters, in order: the query vector, ``where``'s parameters, the query vector again, the limit. Rows:
+    ``(id, content, metadata_text, score)`` with ``score`` the inner product (cosine on unit vectors).
+    """
+    from psycopg import sql
+
+    return sql.SQL(
+        "SELECT id, content, metadata_text, -(embedding <#> %s) AS score FROM {table}"
+        " WHERE embedding IS NOT NULL AND {where} ORDER BY embedding <#> %s LIMIT %s"
+    ).format(table=names.table, where=where)
