@@ -14,6 +14,7 @@ a backend SDK type.
     ├── ConfigurationError (ValueError)        bad store URL or settings; missing optional extra
     ├── DimensionMismatchError (ValueError)    vector width differs from the store's
     ├── IngestionError                         a file could not be read or parsed
+    │   └── NoTextError                        a sound file with no text to read: encrypted, scanned
     ├── SectionNotFoundError (LookupError)     a hit's parent document or section is not in a SectionIndex
     ├── EmbeddingError                         the embedding model failed
     ├── RerankerError                          a local reranker failed, or a reranker returned a bad result
@@ -49,6 +50,7 @@ __all__ = [
     "FilterError",
     "IngestionError",
     "InvalidParameterError",
+    "NoTextError",
     "RateLimitError",
     "RerankerError",
     "RetrievalTimeoutError",
@@ -100,6 +102,26 @@ class DimensionMismatchError(FastragError, ValueError):
 
 class IngestionError(FastragError):
     """A source could not be read or parsed during ingestion."""
+
+
+class NoTextError(IngestionError):
+    """A file that is not damaged but holds no text fastrag can read without outside help: an encrypted PDF
+    or Word file that needs a password, a scanned PDF without a text layer, a legacy ``.doc``. The ingestion
+    pipeline skips it and names it with the reason (``IngestionReport.skipped_files``), rather than counting
+    it as failed.
+
+    Attributes:
+        source: the file, as named in the message.
+        reason: why, in words, without the file name (``"encrypted PDF that needs a password"``).
+    """
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source}: {reason}")
+        self.source = source
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.source, self.reason))
 
 
 class SectionNotFoundError(FastragError, LookupError):

@@ -19,7 +19,7 @@ from click.testing import CliRunner  # noqa: E402
 from pypdf import PdfReader, PdfWriter  # noqa: E402
 
 from fastrag.cli import main  # noqa: E402
-from fastrag.errors import IngestionError, InvalidParameterError  # noqa: E402
+from fastrag.errors import IngestionError, InvalidParameterError, NoTextError  # noqa: E402
 from fastrag.ingestion import IngestionPipeline, parse  # noqa: E402
 from fastrag.models import PAGE, Document  # noqa: E402
 from fastrag.querying import build_prompt  # noqa: E402
@@ -130,11 +130,12 @@ def test_pdf_outline_gives_each_page_its_heading_path() -> None:
 def test_pdf_with_only_an_owner_password_is_read_and_one_needing_a_password_is_refused() -> None:
     [doc] = parse(encrypted_pdf(make_pdf(), user_password=""), source_uri="open.pdf")
     assert len(doc.sections) == 3
-    with pytest.raises(IngestionError, match=r"locked\.pdf: encrypted PDF that needs a password"):
+    with pytest.raises(NoTextError, match=r"locked\.pdf: encrypted PDF that needs a password"):
         parse(encrypted_pdf(make_pdf(), user_password="secret"), source_uri="locked.pdf")
 
 
-def test_pdf_without_text_layer_truncated_or_not_a_pdf_is_refused_with_the_reason() -> None:
+def image_only_pdf() -> bytes:
+    """A one-page PDF with a drawing and no text (what a scan looks like to a text extractor)."""
     from reportlab.pdfgen import canvas
 
     out = io.BytesIO()
@@ -142,8 +143,12 @@ def test_pdf_without_text_layer_truncated_or_not_a_pdf_is_refused_with_the_reaso
     page.rect(100, 100, 200, 200, fill=1)  # drawn, but no text
     page.showPage()
     page.save()
-    with pytest.raises(IngestionError, match=r"scan\.pdf: no text layer .*OCR"):
-        parse(out.getvalue(), source_uri="scan.pdf")
+    return out.getvalue()
+
+
+def test_pdf_without_text_layer_truncated_or_not_a_pdf_is_refused_with_the_reason() -> None:
+    with pytest.raises(NoTextError, match=r"scan\.pdf: no text layer .*OCR"):
+        parse(image_only_pdf(), source_uri="scan.pdf")
     data = make_pdf()
     with pytest.raises(IngestionError, match=r"cut\.pdf: truncated or malformed"):
         parse(data[: len(data) * 6 // 10], source_uri="cut.pdf")
@@ -165,7 +170,7 @@ def test_docx_headings_become_sections_and_tables_rows() -> None:
 
 def test_docx_encrypted_legacy_or_truncated_is_refused_with_the_reason() -> None:
     data = make_docx()
-    with pytest.raises(IngestionError, match=r"locked\.docx: password-protected"):
+    with pytest.raises(NoTextError, match=r"locked\.docx: password-protected"):
         parse(encrypted_docx(data), source_uri="locked.docx")
     with pytest.raises(IngestionError, match=r"cut\.docx: truncated or malformed"):
         parse(data[: len(data) // 2], source_uri="cut.docx")
@@ -193,6 +198,7 @@ def mixed_folder(tmp_path: Path) -> Path:
     (folder / "locked.docx").write_bytes(encrypted_docx(make_docx()))
     full = make_pdf()
     (folder / "cut.pdf").write_bytes(full[: len(full) // 2])
+    (folder / "scan.pdf").write_bytes(image_only_pdf())
     (folder / "notes.md").write_text("# Notes\n\nThe zeppelin hangar is closed on Sundays.\n")
     return folder
 
@@ -205,10 +211,14 @@ async def test_pipeline_indexes_pdf_pages_and_docx_sections_and_skips_bad_files_
         pipeline = IngestionPipeline(embedder=HashingEmbedder(), vector_store=store, show_progress=False)
         report = await pipeline.run([mixed_folder])
         assert report.files_indexed == 3  # guide.pdf, handbook.docx, notes.md
+        # sound files without readable text are skipped with the reason; a damaged one failed
+        skipped = {Path(s.path).name: s.reason for s in report.skipped_files}
+        assert skipped == {"locked.pdf": "encrypted PDF that needs a password",
+                           "locked.docx": "password-protected Word document",
+                           "scan.pdf": skipped["scan.pdf"]}
+        assert skipped["scan.pdf"].startswith("no text layer") and "OCR" in skipped["scan.pdf"]
         failed = {Path(f.path).name: f.message for f in report.errors}
-        assert set(failed) == {"locked.pdf", "locked.docx", "cut.pdf"}
-        assert "needs a password" in failed["locked.pdf"] and "password-protected" in failed["locked.docx"]
-        assert "truncated" in failed["cut.pdf"]
+        assert set(failed) == {"cut.pdf"} and "truncated" in failed["cut.pdf"]
         assert len(report.warnings) == 1 and "guide.pdf: page(s) 4 have no text layer" in report.warnings[0]
         chunks = [d for d in await store.get() if str(d.metadata["source_uri"]).endswith("/docs/guide.pdf")]
         assert sorted(d.metadata[PAGE] for d in chunks) == [1, 2, 3]
@@ -261,10 +271,14 @@ def test_cli_search_on_an_indexed_pdf_prints_file_and_page(tmp_path: Path, monke
     monkeypatch.chdir(tmp_path)
     env = {"FASTRAG_STORE": None, "FASTRAG_MODE": None, "FASTRAG_CONFIG": None, "FASTRAG_LEXICAL_STORE": None}
     runner = CliRunner()
+    full = make_pdf()
+    (tmp_path / "cut.pdf").write_bytes(full[: len(full) // 2])
     indexed = runner.invoke(main, ["index", "guide.pdf", "locked.pdf"], env=env, catch_exceptions=False)
-    assert indexed.exit_code == 1  # one file failed; the other is indexed
-    assert "indexed 1 files" in indexed.stdout
-    assert "locked.pdf: encrypted PDF that needs a password" in indexed.stderr
+    assert indexed.exit_code == 0, indexed.stderr  # an encrypted file is skipped, named with the reason
+    assert "indexed 1 files" in indexed.stdout and "1 skipped" in indexed.stdout
+    assert "locked.pdf: encrypted PDF that needs a password" in indexed.stdout
+    damaged = runner.invoke(main, ["index", "cut.pdf"], env=env, catch_exceptions=False)
+    assert damaged.exit_code == 1 and "cut.pdf: truncated or malformed PDF" in damaged.stderr  # a damaged one failed
     found = runner.invoke(main, ["search", "zeppelin brackets", "--mode", "keyword"], env=env, catch_exceptions=False)
     assert found.exit_code == 0, found.stderr
     assert "guide.pdf p. 3" in found.stdout.splitlines()[0]

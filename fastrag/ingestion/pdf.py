@@ -15,14 +15,14 @@ What a PDF becomes:
   starts mid-page is labelled with that heading too); a PDF without an outline has no headings;
 - the title is the document information ``/Title``, else the file stem.
 
-What is refused, with the reason in an :class:`~fastrag.errors.IngestionError` (the ingestion pipeline
-records it and goes on with the next file):
+What is refused, with the reason; the ingestion pipeline names the file and goes on with the next one:
 
-- an encrypted file that needs a password (one protected only by an owner password, which anyone may open,
-  is read);
-- a file with no text layer at all (a scan, or pages that are only images): run OCR first;
-- a malformed or truncated file (no ``%%EOF`` marker near its end, a broken cross-reference table, a
-  stream that ends early).
+- skipped (:class:`~fastrag.errors.NoTextError`, listed in ``IngestionReport.skipped_files``): an encrypted
+  file that needs a password (one protected only by an owner password, which anyone may open, is read);
+  a file with no text layer at all (a scan, or pages that are only images): run OCR first;
+- failed (:class:`~fastrag.errors.IngestionError`, listed in ``IngestionReport.errors``): a malformed or
+  truncated file (no ``%%EOF`` marker near its end, a broken cross-reference table, a stream that ends
+  early), or one that is not a PDF.
 
 A page without text in an otherwise readable file (a scanned page, a full-page figure) is left out and
 named in ``notes``.
@@ -36,7 +36,7 @@ import io
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from fastrag.errors import IngestionError
+from fastrag.errors import IngestionError, NoTextError
 from fastrag.ingestion.parsers import ParsedDocument, Section
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,8 +61,9 @@ def parse_pdf(data: bytes, *, source_uri: str, notes: list[str] | None = None) -
         The document; each section's ``page`` is its 1-based page number.
 
     Raises:
+        NoTextError: the file is encrypted and needs a password, or it has no text layer.
         IngestionError: pypdf is not installed (the message gives the ``pip install`` line); the file is
-            encrypted and needs a password; it has no text layer; it is malformed or truncated.
+            malformed or truncated.
     """
     try:
         from pypdf import PdfReader
@@ -83,7 +84,7 @@ def parse_pdf(data: bytes, *, source_uri: str, notes: list[str] | None = None) -
                     f"{source_uri}: reading this AES-encrypted PDF needs the cryptography package: {INSTALL_HINT}"
                 ) from exc
             if not opened:
-                raise IngestionError(f"{source_uri}: encrypted PDF that needs a password; skipped")
+                raise NoTextError(source_uri, "encrypted PDF that needs a password")
         headings = _page_headings(reader)
         sections: list[Section] = []
         empty: list[int] = []
@@ -97,15 +98,16 @@ def parse_pdf(data: bytes, *, source_uri: str, notes: list[str] | None = None) -
     except IngestionError:
         raise
     except FileNotDecryptedError as exc:
-        raise IngestionError(f"{source_uri}: encrypted PDF that needs a password; skipped") from exc
+        raise NoTextError(source_uri, "encrypted PDF that needs a password") from exc
     except Exception as exc:  # noqa: BLE001
         # pypdf reports damage as its own PyPdfError and, for some corruptions, as plain Python errors
         # (KeyError, ValueError, zlib.error, RecursionError, ...): any of them means this file cannot be read
         raise IngestionError(f"{source_uri}: malformed PDF ({type(exc).__name__}: {exc}); skipped") from exc
     if not sections:
-        raise IngestionError(
-            f"{source_uri}: no text layer (a scanned or image-only PDF, {len(empty)} page(s)); "
-            "run OCR first (for example ocrmypdf) and index its output; skipped"
+        raise NoTextError(
+            source_uri,
+            f"no text layer (a scanned or image-only PDF, {len(empty)} page(s)); run OCR first (for example "
+            "ocrmypdf) and index its output",
         )
     if empty and notes is not None:
         notes.append(f"{source_uri}: page(s) {_ranges(empty)} have no text layer (scanned or image-only); left out")

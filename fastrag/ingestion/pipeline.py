@@ -47,7 +47,7 @@ from rich.progress import (
 from rich.text import Text
 
 from fastrag.analysis import primary_language
-from fastrag.errors import ConfigurationError, FastragError, IngestionError, InvalidParameterError
+from fastrag.errors import ConfigurationError, FastragError, IngestionError, InvalidParameterError, NoTextError
 from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
 from fastrag.ingestion.chunking import Chunker
@@ -232,9 +232,10 @@ class IngestionPipeline:
     their extras ``.pdf`` and ``.docx`` (see :mod:`fastrag.ingestion.parsers`). Other files are skipped and
     reported with the reason, never errors; so are paths that are not regular files (FIFOs, devices, symlink
     loops) and files over ``max_file_bytes`` (see :mod:`fastrag.ingestion.sources`): one bad path never
-    stops the others. A PDF or DOCX file that cannot be read (encrypted, no text layer, malformed or
-    truncated, too slow to parse, its extra not installed) is recorded with the reason in
-    :attr:`IngestionReport.errors` and the run goes on.
+    stops the others. A PDF or DOCX file with no text to read (encrypted, scanned without a text layer,
+    a legacy ``.doc``) is skipped with the reason (:attr:`IngestionReport.skipped_files`); one that cannot be
+    read (malformed or truncated, too slow to parse, its extra not installed) is recorded with the reason in
+    :attr:`IngestionReport.errors`; either way the run goes on.
 
     Re-indexing is incremental and keyed by the deterministic chunk ids. A file is *unchanged* when
     every target store holds each of its chunks (same id, text, ``content_hash`` and ``chunker``) and no
@@ -455,6 +456,9 @@ class IngestionPipeline:
             content_hash, documents, sentinels, parsed = read
         except SkipFile as skip:
             state.skipped.append(SkippedFile(printable_path(source.path), str(skip)))
+            return
+        except NoTextError as exc:  # sound, but no text to read without help (encrypted, scanned): skipped
+            state.skipped.append(SkippedFile(printable_path(source.path), exc.reason))
             return
         except IngestionError as exc:
             logger.warning("ingestion: %s", exc)

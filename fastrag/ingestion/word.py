@@ -14,10 +14,11 @@ What a document becomes:
 
 Headers, footers, footnotes, comments and text boxes are not read.
 
-Refused, with the reason in an :class:`~fastrag.errors.IngestionError` (the pipeline records it and goes
-on): a password-protected document (Word stores it as an encrypted OLE2 container, not a zip), a legacy
-binary ``.doc`` renamed ``.docx``, and a malformed or truncated file (a broken zip, missing parts, XML that
-does not parse), and one whose unpacked parts exceed ``max_unpacked_bytes`` (a zip bomb).
+Refused with the reason; the pipeline names the file and goes on. Skipped
+(:class:`~fastrag.errors.NoTextError`): a password-protected document (Word stores it as an encrypted OLE2
+container, not a zip) and a legacy binary ``.doc`` renamed ``.docx``. Failed
+(:class:`~fastrag.errors.IngestionError`): a malformed or truncated file (a broken zip, missing parts, XML
+that does not parse), and one whose unpacked parts exceed ``max_unpacked_bytes`` (a zip bomb).
 
 .. _python-docx: https://python-docx.readthedocs.io/
 """
@@ -30,7 +31,7 @@ import zipfile
 from pathlib import PurePath
 from typing import Any
 
-from fastrag.errors import IngestionError
+from fastrag.errors import IngestionError, NoTextError
 from fastrag.ingestion.parsers import ParsedDocument, Section
 
 __all__ = ["INSTALL_HINT", "parse_docx"]
@@ -56,8 +57,9 @@ def parse_docx(data: bytes, *, source_uri: str, max_unpacked_bytes: int | None =
         The document, sections in reading order.
 
     Raises:
+        NoTextError: the file is password-protected, or a legacy ``.doc``.
         IngestionError: python-docx is not installed (the message gives the ``pip install`` line); the
-            file is password-protected, a legacy ``.doc``, malformed, truncated, or unpacks too large.
+            file is malformed, truncated, or unpacks too large.
     """
     try:
         import docx
@@ -65,10 +67,8 @@ def parse_docx(data: bytes, *, source_uri: str, max_unpacked_bytes: int | None =
         raise IngestionError(f"{source_uri}: reading Word files needs python-docx: {INSTALL_HINT}") from exc
     if data.startswith(_OLE_MAGIC):
         if _ENCRYPTION_INFO in data:
-            raise IngestionError(f"{source_uri}: password-protected Word document; skipped")
-        raise IngestionError(
-            f"{source_uri}: a legacy binary Word file (.doc), not .docx; save it as .docx to index it; skipped"
-        )
+            raise NoTextError(source_uri, "password-protected Word document")
+        raise NoTextError(source_uri, "a legacy binary Word file (.doc), not .docx; save it as .docx to index it")
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             unpacked = sum(info.file_size for info in archive.infolist())

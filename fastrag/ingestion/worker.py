@@ -11,8 +11,8 @@ program's ``__main__`` module again, which re-runs a script that has no ``if __n
 guard; this worker imports only fastrag.
 
 The protocol is private: each message is an 8-byte little-endian length and a pickle, request
-``(data, source_uri, kind value, max_unpacked_bytes)``, reply ``("ok", documents, notes)`` or
-``("error", message)``. Only the parent that started the child writes to it.
+``(data, source_uri, kind value, max_unpacked_bytes)``, reply ``("ok", documents, notes)``,
+``("no-text", reason)`` or ``("error", message)``. Only the parent that started the child writes to it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from fastrag.errors import IngestionError
+from fastrag.errors import IngestionError, NoTextError
 from fastrag.ingestion.parsers import FileKind, ParsedDocument
 
 __all__ = ["ParserProcess", "parse_binary"]
@@ -85,6 +85,7 @@ class ParserProcess:
         """Parse one file in the worker.
 
         Raises:
+            NoTextError: the file holds no readable text (encrypted, scanned).
             IngestionError: the file cannot be read, it took longer than the timeout (the worker was
                 killed), or the worker died (out of memory, a crash in a native library).
         """
@@ -111,6 +112,8 @@ class ParserProcess:
         except BaseException:
             await self._kill()  # cancelled mid-message: the pipe is out of step, start afresh next time
             raise
+        if reply[0] == "no-text":
+            raise NoTextError(source_uri, reply[1])
         if reply[0] == "error":
             raise IngestionError(reply[1])
         return reply[1], reply[2]
@@ -163,6 +166,8 @@ def main() -> None:
         try:
             documents, notes = parse_binary(data, source_uri, FileKind(kind), max_unpacked)
             reply: tuple[Any, ...] = ("ok", documents, notes)
+        except NoTextError as exc:
+            reply = ("no-text", exc.reason)
         except IngestionError as exc:
             reply = ("error", str(exc))
         except Exception as exc:  # noqa: BLE001 - a parser bug is reported for this file, the run goes on
