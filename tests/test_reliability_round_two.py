@@ -89,13 +89,18 @@ def _make_store(kind: str, request: pytest.FixtureRequest) -> Any:
         from fastrag.vector_store.chroma import ChromaVectorStore
 
         return ChromaVectorStore(collection=f"t-{uuid.uuid4().hex[:16]}")
+    if kind == "milvus-2.5":
+        from fastrag.vector_store.milvus import MilvusVectorStore
+
+        url = request.getfixturevalue("milvus_server")  # skips, saying why, when there is no native Milvus
+        return MilvusVectorStore(url, f"t_{uuid.uuid4().hex[:16]}", enable_bm25=True)
     from fastrag.vector_store.opensearch import OpenSearchVectorStore
 
     url = request.getfixturevalue("opensearch_emulator")  # skips, saying why, when osmem-server is absent
     return OpenSearchVectorStore(url=url, index=f"t-{uuid.uuid4().hex[:16]}", timeout=10)
 
 
-STORE_KINDS = ["sqlite", "qdrant", "chroma", "opensearch-emulator"]
+STORE_KINDS = ["sqlite", "qdrant", "chroma", "opensearch-emulator", "milvus-2.5"]
 
 
 @pytest.fixture(params=STORE_KINDS)

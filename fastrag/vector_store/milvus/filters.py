@@ -83,13 +83,13 @@ def string_literal(value: str) -> str:
 
 _CODE_ESCAPE = "\ue000"
 _CODE_DIGITS = ("\ue001", "\ue002", "\ue003", "\ue004")
-_ENCODED = ("%", "_", "\\", "\n", "\r", "'", _CODE_ESCAPE, *_CODE_DIGITS)
+_ENCODED = ("%", "_", "\\", "\n", "\r", "'", _CODE_ESCAPE, *_CODE_DIGITS, "\x00")
 _CODES = {
     ch: _CODE_ESCAPE + _CODE_DIGITS[n // 4] + _CODE_DIGITS[n % 4] for n, ch in enumerate(_ENCODED)
 }
 """``%`` -> E D1 D1, ``_`` -> E D1 D2, ``\\`` -> E D1 D3, newline -> E D1 D4, carriage return -> E D2 D1,
-``'`` -> E D2 D2, E -> E D2 D3, D1 -> E D2 D4, D2 -> E D3 D1, D3 -> E D3 D2, D4 -> E D3 D3 (E = U+E000,
-Dn = U+E000 + n)."""
+``'`` -> E D2 D2, E -> E D2 D3, D1 -> E D2 D4, D2 -> E D3 D1, D3 -> E D3 D2, D4 -> E D3 D3, NUL -> E D3 D4
+(E = U+E000, Dn = U+E000 + n). milvus-lite 2.5.1 fails a whole upsert ("internal error") for an id holding NUL."""
 _CODE_TABLE = str.maketrans(_CODES)
 _ID_CODE_TABLE = str.maketrans({ch: code for ch, code in _CODES.items() if ch not in ("%", "_", "\\")})
 _DECODES = {code: ch for ch, code in _CODES.items()}
@@ -99,7 +99,7 @@ def encode_text(value: str) -> str:
     """The form in which string metadata is stored for filtering (``filter_values.s_*``): no wildcard, no line
     break, no quote that needs escaping.
 
-    ``%``, ``_``, ``\\``, newline, carriage return, ``'`` and U+E000..U+E004 become three-character codes
+    ``%``, ``_``, ``\\``, newline, carriage return, ``'``, NUL and U+E000..U+E004 become three-character codes
     ``U+E000 d1 d2`` (``d`` in U+E001..U+E004); every other character stays. The code is prefix-free and a
     match of ``encode_text(p)`` can only begin at a character boundary of the original (a digit never
     appears outside a code), so ``a.startswith(p) == encode_text(a).startswith(encode_text(p))`` and
@@ -109,7 +109,7 @@ def encode_text(value: str) -> str:
 
 
 def encode_id(value: str) -> str:
-    """The form in which a document id is stored in Milvus's primary key: newline, carriage return, ``'``
+    """The form in which a document id is stored in Milvus's primary key: newline, carriage return, ``'``, NUL
     and U+E000..U+E004 as in :func:`encode_text`, every other character as is (``%``, ``_`` and ``\\``
     stay). Line breaks have no Milvus literal, and milvus-lite 2.5.1 fails to upsert an id holding ``'``
     (its storage layer splices ids into SQL unescaped: "internal error"). :func:`decode_text` inverts it."""

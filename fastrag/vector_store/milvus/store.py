@@ -25,7 +25,14 @@ from fastrag.errors import (
 from fastrag.filters import FilterLike
 from fastrag.models import TITLE, Document
 from fastrag.vector_store._metadata import metadata_json
-from fastrag.vector_store._validation import check_dimension, check_embeddings, check_query_vector, check_unique_ids
+from fastrag.vector_store._validation import (
+    check_dimension,
+    check_document_text,
+    check_id_text,
+    check_embeddings,
+    check_query_vector,
+    check_unique_ids,
+)
 from fastrag.vector_store.milvus.connection import (
     INSTALL_HINT,
     import_pymilvus,
@@ -607,7 +614,8 @@ class MilvusVectorStore:
         Raises:
             DimensionMismatchError: the width differs from the store's dimension, or the row count from
                 ``len(documents)``.
-            InvalidParameterError: a vector holds NaN or infinity, an id repeats, metadata is not JSON, an id,
+            InvalidParameterError: a vector holds NaN or infinity, an id repeats, an id, the content or metadata
+                holds a lone surrogate (not valid Unicode), metadata is not JSON, an id,
                 content or BM25 text is longer than 65535 UTF-8 bytes, or the first write to a new collection
                 has no embeddings, no ``dimension`` was given and BM25 is off.
             ConfigurationError: embeddings for a BM25-only collection (one created by a first write without
@@ -619,6 +627,7 @@ class MilvusVectorStore:
         if not docs:
             return
         check_unique_ids(docs)
+        check_document_text(docs)  # a lone surrogate anywhere: typed, before anything is written
         matrix = (
             None if embeddings is None
             else check_embeddings(embeddings, len(docs), dimension=self.dimension, store=self.name)
@@ -719,9 +728,9 @@ class MilvusVectorStore:
             return [condition or _TRUE]
         if isinstance(ids, str) or not isinstance(ids, Sequence):
             raise InvalidParameterError("ids must be a sequence of strings, not one string")
-        unique = sorted({str(i) for i in ids})
-        for i in unique:
-            string_literal(encode_id(i))  # refuse unencodable ids before any call
+        for i in ids:
+            check_id_text(i)  # not a str, or a lone surrogate: InvalidParameterError before any call
+        unique = sorted(set(ids))
         return [
             and_expressions(ids_expression(unique[start : start + _ID_BATCH]), condition)
             for start in range(0, len(unique), _ID_BATCH)
