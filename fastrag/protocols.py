@@ -149,11 +149,20 @@ class SupportsGet(Protocol):
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Turns text into dense vectors."""
+    """Turns text into dense vectors.
+
+    Implementations: :class:`~fastrag.ingestion.Model2VecEmbedder`, :class:`~fastrag.ingestion.SentenceTransformerEmbedder`,
+    :class:`~fastrag.ingestion.OpenAICompatibleEmbedder`, :class:`~fastrag.ingestion.CohereEmbedder`; the
+    contract they all pass is :mod:`fastrag.testing.embedder_contract`. A local model raises
+    :class:`~fastrag.errors.EmbeddingError` when it fails; a remote API raises the
+    :class:`~fastrag.errors.BackendError` family (``AuthenticationError``, ``RateLimitError``, ...) naming its
+    endpoint, as stores do.
+    """
 
     @property
     def dimension(self) -> int:
-        """Width of every vector this embedder returns."""
+        """Width of every vector this embedder returns (a remote embedder without a configured width
+        knows it after its first response, and raises :class:`~fastrag.errors.EmbeddingError` before)."""
         ...
 
     @property
@@ -166,6 +175,7 @@ class Embedder(Protocol):
 
         Raises:
             EmbeddingError: the model failed to load or to embed.
+            BackendError: a remote embedding API failed (see the class docstring).
         """
         ...
 
@@ -174,6 +184,7 @@ class Embedder(Protocol):
 
         Raises:
             EmbeddingError: the model failed to load or to embed.
+            BackendError: a remote embedding API failed (see the class docstring).
         """
         ...
 
