@@ -93,6 +93,13 @@ def _drivers() -> tuple[Any, Any]:
     return psycopg, psycopg_pool
 
 
+def _check_unicode(value: str, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidParameterError(f"{what} holds text that is not valid Unicode ({exc.reason})") from exc
+
+
 def _check_text(value: str, what: str) -> None:
     if "\x00" in value:
         raise InvalidParameterError(f"{what} holds the character U+0000, which PostgreSQL text cannot store")
@@ -100,6 +107,37 @@ def _check_text(value: str, what: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidParameterError(f"{what} holds text that is not valid Unicode ({exc.reason})") from exc
+
+
+_ESCAPE = "\U0010ffff"  # a noncharacter: the escape of the two-character codes below
+
+
+def _encode_text(text: str) -> str:
+    """``text`` as PostgreSQL can store it: U+0000 becomes ``ESC 0`` and ESC itself ``ESC e`` (ESC is the
+    noncharacter U+10FFFF), an injective code, so ids that differ only after a U+0000 stay distinct. Used for
+    ids and contents, which are compared only for equality; :func:`_decode_text` reverses it."""
+    if "\x00" not in text and _ESCAPE not in text:
+        return text
+    return text.replace(_ESCAPE, _ESCAPE + "e").replace("\x00", _ESCAPE + "0")
+
+
+def _decode_text(text: str) -> str:
+    if _ESCAPE not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == _ESCAPE and i + 1 < len(text):
+            out.append("\x00" if text[i + 1] == "0" else _ESCAPE)
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _row_document(doc_id: str, content: str, metadata_text: str) -> Document:
+    return Document(id=_decode_text(doc_id), content=_decode_text(content), metadata=json.loads(metadata_text))
 
 
 def _check_metadata(value: Any, what: str) -> None:
@@ -465,6 +503,16 @@ class PgVectorStore:
 
     # ------------------------------------------------------------------ filters
 
+    @staticmethod
+    def _stored_ids(ids: Sequence[str] | None) -> list[str] | None:
+        """``ids`` checked (strings, valid Unicode, no repeats) and encoded as the table stores them."""
+        wanted = distinct_ids(ids)
+        if wanted is None:
+            return None
+        for doc_id in wanted:
+            _check_unicode(doc_id, "a document id")
+        return [_encode_text(doc_id) for doc_id in wanted]
+
     def _where(self, filter: FilterLike | PgWhere | None, ids: Sequence[str] | None = None) -> tuple[Any, list[Any]]:  # noqa: A002
         """The ``WHERE`` condition (a ``psycopg.sql`` object) and its parameters; translated before any call."""
         from psycopg import sql
@@ -502,8 +550,9 @@ class PgVectorStore:
 
         Raises:
             DimensionMismatchError: the width differs from the store's, or the row count from ``len(documents)``.
-            InvalidParameterError: a vector holds NaN or infinity, an id repeats, metadata is not JSON, or a
-                text holds U+0000 or a lone surrogate (PostgreSQL cannot store them).
+            InvalidParameterError: a vector holds NaN or infinity, an id repeats, metadata is not JSON, a
+                metadata key or string holds U+0000 (``jsonb`` cannot), or any text holds a lone surrogate.
+                (U+0000 in an id or content is stored escaped and read back as written.)
             BackendError: PostgreSQL failed; nothing was written.
         """
         docs = list(documents)
@@ -525,15 +574,16 @@ class PgVectorStore:
                     meta, text = metadata_json(doc)
                 except RecursionError as exc:
                     raise InvalidParameterError(f"document {doc.id!r}: metadata nests too deeply to store") from exc
-                _check_text(doc.id, "a document id")
-                _check_text(doc.content, f"document {doc.id!r}")
+                _check_unicode(doc.id, "a document id")
+                _check_unicode(doc.content, f"document {doc.id!r}")
                 _check_metadata(meta, f"document {doc.id!r} metadata")
                 counts = Counter(self._index_terms(doc))
                 for term, tf in counts.items():
-                    term_ids.append(doc.id)
+                    term_ids.append(_encode_text(doc.id))
                     terms.append(term)
                     tfs.append(tf)
-                rows.append((doc.id, doc.content, text, text, json.dumps(_date_shadow(meta)), sum(counts.values())))
+                rows.append((_encode_text(doc.id), _encode_text(doc.content), text, text,
+                             json.dumps(_date_shadow(meta)), sum(counts.values())))
             return rows, term_ids, terms, tfs
 
         rows, term_ids, terms, tfs = await anyio.to_thread.run_sync(prepare)
@@ -641,7 +691,7 @@ class PgVectorStore:
         """
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
-        where, params = self._where(filter, distinct_ids(ids))
+        where, params = self._where(filter, self._stored_ids(ids))
         return await self._delete(where, params)
 
     async def clear(self) -> int:
@@ -703,7 +753,7 @@ class PgVectorStore:
 
         if limit is not None:
             check_k(limit, "limit")
-        where, params = self._where(filter, distinct_ids(ids))
+        where, params = self._where(filter, self._stored_ids(ids))
 
         async def get(conn: Any) -> list[Document]:
             query = sql.SQL(
@@ -711,7 +761,7 @@ class PgVectorStore:
                 + ("" if limit is None else " LIMIT %s")
             ).format(table=self._names.table, where=where)
             rows = await (await conn.execute(query, params + ([] if limit is None else [limit]))).fetchall()
-            return [Document(id=i, content=c, metadata=json.loads(m)) for i, c, m in rows]
+            return [_row_document(i, c, m) for i, c, m in rows]
 
         docs = await self._run("get", get, transaction=False)
         return sorted(docs, key=lambda d: d.id)
@@ -765,7 +815,7 @@ class PgVectorStore:
             while len(rows) == limit and rows[k - 1][3] == rows[-1][3]:
                 limit *= 2  # the k-th score ties with the next: widen until the tie is complete
                 rows = await (await conn.execute(select, [vector, *params, vector, limit])).fetchall()
-            return [(max(-1.0, min(1.0, float(s))), Document(id=i, content=c, metadata=json.loads(m)))
+            return [(max(-1.0, min(1.0, float(s))), _row_document(i, c, m))
                     for i, c, m, s in rows]
 
         scored = await self._run("search_vector", search, transaction=settings)
@@ -821,7 +871,7 @@ class PgVectorStore:
             return await (await conn.execute(select, [terms, *params, k])).fetchall()
 
         rows = await self._run("search_text", search, transaction=False)
-        return [Document(id=i, content=c, metadata=json.loads(m)).ranked(score=float(s), rank=r)
+        return [_row_document(i, c, m).ranked(score=float(s), rank=r)
                 for r, (i, c, m, s) in enumerate(rows)]
 
     def _bm25_sql(self, where: Any) -> Any:
