@@ -457,3 +457,18 @@ async def test_concurrent_upserts_of_one_id_end_with_one_document(postgres_url: 
                     tg.start_soon(RetryingStore(store, policy=policy).upsert, docs)
         assert await a.count() == 5
         assert {d.content for d in await a.get()} <= {"written by a", "written by b"}
+
+
+@pytest.mark.anyio
+async def test_server_options_of_the_url_are_kept_beside_the_timeout(postgres_url: str, table: str) -> None:
+    """A search_path given in the URL's options puts the tables in that schema, for the store's pool too;
+    the store's statement_timeout is added to the options, not put in their place."""
+    schema = f"s_{table}"
+    await _sql(postgres_url, f"CREATE SCHEMA {schema}")
+    url = f"{postgres_url}?options=-c%20search_path%3D{schema},public&table={table}"
+    async with PgVectorStore.from_url(url, timeout=5) as store:
+        await store.upsert(KNN_DOCS, embeddings=KNN_VECTORS)
+        assert await store.count() == 5
+        assert [d.id for d in await store.search_vector(KNN_QUERY, k=1)] == ["near"]
+    rows = await _sql(postgres_url, "SELECT table_schema FROM information_schema.tables WHERE table_name = %s", [table])
+    assert rows == [(schema,)]

@@ -334,11 +334,13 @@ class PgVectorStore:
                         self._conninfo, connect_timeout=max(1, math.ceil(self.timeout)), autocommit=True
                     ) as conn:
                         await self._prepare(conn)
-                    statement_ms = str(max(1, int(self.timeout * 1000)))
+                    # the server options of the URL (a search_path, say) are kept; the timeout is added to them
+                    given = psycopg.conninfo.conninfo_to_dict(self._conninfo).get("options") or ""
+                    options = f"{given} -c statement_timeout={max(1, int(self.timeout * 1000))}".strip()
                     self._pool = self._pool_module.AsyncConnectionPool(
                         self._conninfo, min_size=1, max_size=self._pool_size, timeout=self.timeout, open=False,
                         kwargs={"connect_timeout": max(1, math.ceil(self.timeout)), "autocommit": True,
-                                "options": f"-c statement_timeout={statement_ms}"},
+                                "options": options},
                         configure=self._configure,
                     )
                     await self._pool.open(wait=False)
