@@ -1060,8 +1060,9 @@ class KnowledgeBase:
             agent_id: see ``user_id``.
             scope: see ``user_id``.
             offset: skip this many results: ``offset=top_k`` is the second page (ranks ``top_k`` to
-                ``2 * top_k - 1``); pages never repeat or skip a result as long as they end within
-                ``retrieval_k`` (:mod:`fastrag.retrieval.pagination`). ``offset + top_k`` is at most 10,000.
+                ``2 * top_k - 1``); pages never repeat or skip a result (with a reranker: as long as they end
+                within ``retrieval_k``; :mod:`fastrag.retrieval.pagination`). ``offset + top_k`` is at most
+                10,000.
             **settings: request-level :class:`SearchSettings` fields (``search_mode="keyword"``,
                 ``top_k=5``, ``group_by="source_uri"``, ...), which win over the knowledge base's and the
                 defaults.

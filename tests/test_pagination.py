@@ -21,6 +21,7 @@ from fastrag.retrieval import (
     GroupingRetriever,
     HybridRetriever,
     PathFilterRetriever,
+    ReciprocalRankFusion,
     RerankingRetriever,
     TenantScopedRetriever,
     VectorRetriever,
@@ -190,3 +191,17 @@ def test_cli_search_offset_and_group_by(tmp_path: Path, monkeypatch: pytest.Monk
     past = runner.invoke(main, ["search", "kestrel", "--mode", "keyword", "--offset", "500"], env=env,
                          catch_exceptions=False)
     assert past.exit_code == 0 and "No documents past the first 500." in past.stdout
+
+
+@pytest.mark.anyio
+async def test_hybrid_pages_past_candidate_k_still_join_into_the_top(store) -> None:
+    """fastrag's fusions score each branch over its first candidate_k (issue 13.12), so pages deeper than
+    candidate_k are consistent too."""
+    bm25 = BM25Retriever(store=store)
+    vector = VectorRetriever(vector_store=store, embedder=HashingEmbedder())
+    for hybrid in (HybridRetriever([vector, bm25], candidate_k=3),
+                   HybridRetriever([vector, bm25], candidate_k=3, fusion=ReciprocalRankFusion())):
+        top = await hybrid.retrieve("solar maintenance", k=12)
+        pages = [await hybrid.retrieve("solar maintenance", k=3, offset=n * 3) for n in range(4)]
+        assert [d.id for page in pages for d in page] == [d.id for d in top]
+        assert [d.score for page in pages for d in page] == [d.score for d in top]

@@ -247,8 +247,8 @@ class HybridRetriever(ReturnsResult):
         """Up to ``k`` fused documents for ``query`` matching ``filter``, best first.
 
         ``offset`` skips that many: the call returns ranks ``offset .. offset + k - 1`` of the fused list for
-        ``offset + k`` (:mod:`fastrag.retrieval.pagination`); pages that end within ``candidate_k`` fuse the
-        same branch lists.
+        ``offset + k`` (:mod:`fastrag.retrieval.pagination`); with fastrag's fusions pages are consistent at
+        every depth (see above).
 
         Every branch runs concurrently in one anyio task group with ``k=max(candidate_k, k)`` (at most
         ``limits.max_k``, or the branch's own ``limits.max_k`` when lower) and the same

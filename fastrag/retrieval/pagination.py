@@ -7,13 +7,16 @@ So pages are consistent exactly when a retriever's top ``k`` is a prefix of its 
 consecutive pages never repeat or skip a document, and page 1 + page 2 equals the top ``2 * size``. Every
 store breaks score ties by id, so that holds for k-NN and BM25 on every store; for the compositions:
 
-* :class:`~fastrag.retrieval.hybrid.HybridRetriever` and
-  :class:`~fastrag.retrieval.reranking.RerankingRetriever` read ``candidate_k`` candidates per branch
-  (per first stage); pages that end within ``candidate_k`` are read from the same candidates, so they are
-  consistent; a page past it reads deeper lists, whose fusion (or reranking) may order the top
-  differently. Raise ``candidate_k`` to the deepest page you serve.
-* :class:`~fastrag.retrieval.grouping.GroupingRetriever` with ``score="max"`` pages groups consistently;
-  with ``"sum"`` only within ``candidate_k`` (deeper reading adds to the sums).
+* :class:`~fastrag.retrieval.hybrid.HybridRetriever` with fastrag's fusions: at every depth (the fusion
+  scores each branch over its first ``candidate_k`` documents whatever ``k`` is; a fusion of your own
+  whose ``fuse`` takes no ``depth`` is consistent only for pages that end within ``candidate_k``);
+* :class:`~fastrag.retrieval.reranking.RerankingRetriever`, and the server-side hybrids of Qdrant and
+  Milvus: for pages that end within ``candidate_k`` (they rerank, or fuse, the same candidates); a page
+  past it reads deeper lists, which may order the top differently. Raise ``candidate_k`` to the deepest
+  page you serve;
+* :class:`~fastrag.retrieval.grouping.GroupingRetriever` with ``score="max"``: groups page consistently
+  whenever the inner retriever does; with ``"sum"`` only within ``candidate_k`` (deeper reading adds to
+  the sums).
 
 ``offset + k`` may not exceed the retriever's ``limits.max_k`` (10,000 by default): deep paging past it is
 refused, not silently truncated. There is no cursor: a store that changes between two calls may shift
