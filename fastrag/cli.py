@@ -756,6 +756,48 @@ def _warn_same_model_rerank(rerank_model: str | None, embedding_model: str | Non
             err=True,
         )
 
+# ---------------------------------------------------------------------------------------------- serve
+
+
+@main.command()
+@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="knowledge_bases.toml: [knowledge_bases.NAME] tables, optional [serve] limits and tokens "
+                   "(docs/serve.md).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(("critical", "error", "warning", "info", "debug")),
+              help="Level of the server log and of the JSON access log (fastrag.serve.access, at info).")
+def serve(config_path: Path, host: str, port: int, log_level: str) -> None:
+    """Serve knowledge bases over HTTP: retrieve, add and delete documents, health, metrics, OpenAPI.
+
+    One event loop (uvicorn); every knowledge base is opened at startup and closed at shutdown. A store
+    that cannot be opened stops the startup (exit status 3).
+    """
+    import logging
+
+    from fastrag.serve.config import load_config
+
+    try:
+        config = load_config(config_path)
+        try:
+            import uvicorn
+
+            from fastrag.serve.app import app_from_config
+        except ImportError as exc:
+            raise ConfigurationError(f'fastrag serve needs the serve extra: pip install "fastrag-retrieval[serve]" ({exc})') from exc
+        app = app_from_config(config)
+    except ConfigurationError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    served = logging.getLogger("fastrag.serve")
+    served.addHandler(handler)
+    served.setLevel(log_level.upper())
+    # uvicorn's own access log is off: fastrag.serve.access logs each request once, with its stage timings
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on")
+
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,216 @@
+"""What ``fastrag serve`` serves: the knowledge bases, the request limits and the bearer tokens, from TOML.
+
+::
+
+    [serve]
+    max_query_chars = 2048          # longest query, in characters (at most 8,192)
+    max_top_k = 100                 # largest top_k a request may ask for (at most 10,000)
+    max_body_bytes = 1048576        # largest request body, in bytes (413 above it)
+    max_documents = 1000            # most documents one add request may carry
+
+    [serve.tokens.alice]            # a bearer token bound to a tenant
+    token_sha256 = "9f86d08..."     # SHA-256 (hex) of the token: the file holds no secret
+    user_id = "alice"               # every call with this token is confined to user_id "alice"
+    knowledge_bases = ["docs"]      # and may only reach these knowledge bases (default: all)
+
+    [serve.tokens.ops]
+    token_env = "FASTRAG_OPS_TOKEN" # or: the token itself, read from this environment variable at startup
+
+    [knowledge_bases.docs]          # one table per knowledge base, served as /v1/knowledge-bases/docs/...
+    store = "sqlite:///kb.db"       # every key of KnowledgeBase.from_config
+    top_k = 5
+
+With no ``[serve.tokens]`` table the service answers every caller (bind it to 127.0.0.1, or put it behind a
+proxy that authenticates). With tokens, every ``/v1`` call needs ``Authorization: Bearer <token>``; a token
+bound to ``user_id`` / ``agent_id`` can neither name another tenant (403) nor act outside its tenant (its
+binding is applied to every call that names none). A token without a binding may name any tenant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastrag.errors import ConfigurationError
+from fastrag.retrieval.limits import MAX_K, MAX_QUERY_CHARS
+from fastrag.scoping import check_scope_value
+
+__all__ = ["ServeConfig", "ServeLimits", "TokenBinding", "load_config", "parse_config"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeLimits:
+    """Per-request bounds, checked before any store is called (a request past one gets a 422 naming the
+    field, or 413 for the body).
+
+    Attributes:
+        max_query_chars: the longest ``query``, in characters (1 to 8,192, the SDK's own limit).
+        max_top_k: the largest ``top_k`` (1 to 10,000); ``offset + top_k`` stays within 10,000.
+        max_body_bytes: the largest request body, in bytes (>= 1,024).
+        max_documents: the most documents one ``POST .../documents`` may carry (>= 1).
+
+    Raises:
+        ConfigurationError: a bound out of its range.
+    """
+
+    max_query_chars: int = 2_048
+    max_top_k: int = 100
+    max_body_bytes: int = 1_048_576
+    max_documents: int = 1_000
+
+    def __post_init__(self) -> None:
+        for name, low, high in (
+            ("max_query_chars", 1, MAX_QUERY_CHARS),
+            ("max_top_k", 1, MAX_K),
+            ("max_body_bytes", 1_024, 1 << 31),
+            ("max_documents", 1, 100_000),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigurationError(f"serve.{name} must be an int in [{low}, {high}], got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBinding:
+    """One bearer token and what it may do.
+
+    Attributes:
+        label: the token's name in the configuration (logged instead of the token).
+        digest: SHA-256 of the token (32 bytes).
+        scope: the tenant keys bound to the token (``{"user_id": "alice"}``); empty: any tenant.
+        knowledge_bases: the knowledge bases the token may reach; ``None``: all.
+    """
+
+    label: str
+    digest: bytes
+    scope: Mapping[str, str | int] = field(default_factory=dict)
+    knowledge_bases: frozenset[str] | None = None
+
+    def matches(self, token: str) -> bool:
+        """Whether ``token`` is this token (compared in constant time)."""
+        return hmac.compare_digest(hashlib.sha256(token.encode("utf-8")).digest(), self.digest)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """The parsed configuration: knowledge-base tables (not opened), limits and tokens.
+
+    Attributes:
+        knowledge_bases: ``{name: table}``, each a mapping for
+            :meth:`~fastrag.knowledge_base.KnowledgeBase.from_config`.
+        limits: the request limits.
+        tokens: the bearer tokens; empty: no authentication.
+    """
+
+    knowledge_bases: Mapping[str, Mapping[str, Any]]
+    limits: ServeLimits = field(default_factory=ServeLimits)
+    tokens: tuple[TokenBinding, ...] = ()
+
+
+def _token(label: str, table: Any, names: set[str], environ: Mapping[str, str]) -> TokenBinding:
+    where = f"serve.tokens.{label}"
+    if not isinstance(table, Mapping):
+        raise ConfigurationError(f"{where} must be a table")
+    unknown = sorted(set(table) - {"token_sha256", "token_env", "user_id", "agent_id", "knowledge_bases"})
+    if unknown:
+        raise ConfigurationError(f"{where}: unknown key(s) {unknown}")
+    if ("token_sha256" in table) == ("token_env" in table):
+        raise ConfigurationError(f"{where}: set exactly one of token_sha256 and token_env")
+    if "token_sha256" in table:
+        digest = table["token_sha256"]
+        if not isinstance(digest, str) or not _HEX64.match(digest.lower()):
+            raise ConfigurationError(f"{where}.token_sha256 must be 64 hex digits (sha256sum of the token)")
+        raw = bytes.fromhex(digest)
+    else:
+        variable = table["token_env"]
+        if not isinstance(variable, str) or not variable:
+            raise ConfigurationError(f"{where}.token_env must name an environment variable")
+        secret = environ.get(variable)
+        if not secret:
+            raise ConfigurationError(f"{where}: environment variable {variable} is not set or empty")
+        raw = hashlib.sha256(secret.encode("utf-8")).digest()
+    scope: dict[str, str | int] = {}
+    for key in ("user_id", "agent_id"):
+        if key in table:
+            try:
+                check_scope_value(key, table[key])
+            except ValueError as exc:
+                raise ConfigurationError(f"{where}.{key}: {exc}") from exc
+            scope[key] = table[key]
+    allowed = None
+    if "knowledge_bases" in table:
+        kbs = table["knowledge_bases"]
+        if not isinstance(kbs, list) or not all(isinstance(k, str) for k in kbs):
+            raise ConfigurationError(f"{where}.knowledge_bases must be a list of names")
+        missing = sorted(set(kbs) - names)
+        if missing:
+            raise ConfigurationError(f"{where}.knowledge_bases names unknown knowledge base(s) {missing}")
+        allowed = frozenset(kbs)
+    return TokenBinding(label=label, digest=raw, scope=scope, knowledge_bases=allowed)
+
+
+def parse_config(data: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> ServeConfig:
+    """A :class:`ServeConfig` from a parsed TOML document (see the module docstring).
+
+    Raises:
+        ConfigurationError: no ``[knowledge_bases.NAME]`` table, a bad name (letters, digits, ``_.-``, at
+            most 64), an unknown key, a bad limit, or a bad token table (two tokens with the same digest
+            included).
+    """
+    environ = os.environ if environ is None else environ
+    unknown = sorted(set(data) - {"serve", "knowledge_bases"})
+    if unknown:
+        raise ConfigurationError(f"unknown table(s) {unknown}; known: ['serve', 'knowledge_bases']")
+    kbs = data.get("knowledge_bases")
+    if not isinstance(kbs, Mapping) or not kbs:
+        raise ConfigurationError("no knowledge base configured: add a [knowledge_bases.NAME] table")
+    for name, table in kbs.items():
+        if not _NAME.match(name):
+            raise ConfigurationError(f"knowledge base name {name!r}: use letters, digits, '_', '.', '-' (at most 64)")
+        if not isinstance(table, Mapping):
+            raise ConfigurationError(f"knowledge_bases.{name} must be a table")
+    serve = data.get("serve", {})
+    if not isinstance(serve, Mapping):
+        raise ConfigurationError("[serve] must be a table")
+    limit_names = ("max_query_chars", "max_top_k", "max_body_bytes", "max_documents")
+    unknown = sorted(set(serve) - {*limit_names, "tokens"})
+    if unknown:
+        raise ConfigurationError(f"serve: unknown key(s) {unknown}; known: {[*limit_names, 'tokens']}")
+    limits = ServeLimits(**{k: serve[k] for k in limit_names if k in serve})
+    token_tables = serve.get("tokens", {})
+    if not isinstance(token_tables, Mapping):
+        raise ConfigurationError("[serve.tokens] must be a table of tables")
+    tokens = tuple(_token(label, table, set(kbs), environ) for label, table in token_tables.items())
+    if len({t.digest for t in tokens}) != len(tokens):
+        raise ConfigurationError("two serve.tokens have the same token")
+    return ServeConfig(knowledge_bases={k: dict(v) for k, v in kbs.items()}, limits=limits, tokens=tokens)
+
+
+def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> ServeConfig:
+    """Read and parse a ``knowledge_bases.toml`` (see :func:`parse_config`).
+
+    Raises:
+        ConfigurationError: the file cannot be read, is not TOML, or :func:`parse_config` refuses it (the
+            message names the file).
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{path}: invalid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigurationError(f"{path}: cannot read: {exc}") from exc
+    try:
+        return parse_config(data, environ=environ)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{path}: {exc}") from exc
