@@ -439,3 +439,26 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(server: str) -> None:
                 assert mode is schemathesis.GenerationMode.NEGATIVE  # nothing invalid to make (no inputs)
     assert seen >= 40, seen  # every operation, valid and invalid bodies
     assert not failures, "\n".join(failures[:10])
+
+
+def test_cli_exit_status_for_a_bad_configuration_and_an_unreachable_store(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[knowledge_bases.docs]\ncolour = "red"\n', encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "fastrag.cli", "serve", "--config", str(bad)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1 and "knowledge_bases.docs" in proc.stderr and "colour" in proc.stderr
+    pytest.importorskip("psycopg", reason="the unreachable store is a PostgreSQL URL (postgres extra)")
+    down = tmp_path / "down.toml"
+    down.write_text('[knowledge_bases.docs]\nstore = "postgresql://postgres:secret@127.0.0.1:1/postgres"\n', encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "fastrag.cli", "serve", "--config", str(down), "--port", "0"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "knowledge base 'docs' could not be opened" in proc.stderr and "127.0.0.1" in proc.stderr
+    assert "secret" not in proc.stderr
+
+
+def test_the_docker_compose_configuration_parses() -> None:
+    config = load_config(ROOT / "deploy" / "knowledge_bases.toml")
+    assert set(config.knowledge_bases) == {"docs"}
+    KnowledgeBase.from_config(config.knowledge_bases["docs"])  # valid, not opened

@@ -183,7 +183,8 @@ def create_app(
     """The ASGI app serving ``knowledge_bases`` by name.
 
     The app's lifespan opens every knowledge base at startup (a store that cannot be opened stops the
-    startup with its error) and closes them at shutdown; so the app owns them: pass knowledge bases that
+    startup: its error, such as :class:`~fastrag.errors.BackendUnavailableError`, is logged naming the
+    knowledge base and raised) and closes them at shutdown; so the app owns them: pass knowledge bases that
     nothing else closes.
 
     Args:
@@ -216,7 +217,8 @@ def create_app(
                 try:
                     await stack.enter_async_context(kb)
                 except Exception as exc:
-                    raise ConfigurationError(f"knowledge base {name!r} could not be opened: {exc}") from exc
+                    logger.error("knowledge base %r could not be opened: %s: %s", name, type(exc).__name__, exc)
+                    raise
                 logger.info("knowledge base %r open: %r", name, kb)
             for llm in llms.values():
                 if callable(getattr(llm, "__aenter__", None)):
