@@ -498,7 +498,7 @@ def _check_comparison_fields(node: Comparison, fields: Mapping[str, str], path: 
 
 # ------------------------------------------------------------------------------------- knowledge base
 
-_CONFIG_KEYS = ("store", "lexical_store", "embedder", "sources", "fields", "require_scope")
+_CONFIG_KEYS = ("store", "lexical_store", "embedder", "sources", "fields", "require_scope", "on_branch_error")
 
 
 class KnowledgeBase:
@@ -528,6 +528,11 @@ class KnowledgeBase:
             the wrong type raises :class:`~fastrag.errors.InvalidParameterError`. Without ``fields``
             (``None``), nothing is checked against a schema.
         settings: the knowledge base's :class:`SearchSettings` (the middle layer of resolution).
+        on_branch_error: what a failed branch of a hybrid search (``"hybrid"``, ``"direct"``) does:
+            ``"raise"`` (the default: the search fails, :meth:`search_result` reports ``retrieval_failed``
+            with the branch in ``failed_branches``) or ``"partial"`` (the other branch's results are returned,
+            with ``partial`` true and the failed branch in ``failed_branches``; see
+            :class:`~fastrag.retrieval.hybrid.HybridRetriever`).
         require_scope: refuse every read, write and delete that names no scope (``user_id``, ``agent_id``
             or ``scope``), so a forgotten tenant never reads or deletes across tenants.
         chunker: the :class:`~fastrag.ingestion.chunking.Chunker` for :meth:`add_sources` and :meth:`sync`
@@ -569,6 +574,7 @@ class KnowledgeBase:
         settings: SearchSettings | None = None,
         require_scope: bool = False,
         chunker: Any = None,
+        on_branch_error: str = "raise",
         sections: SectionIndex | None = None,
     ) -> None:
         if not isinstance(store, str) and not callable(getattr(store, "search_vector", None)):
@@ -585,6 +591,9 @@ class KnowledgeBase:
             raise ConfigurationError(f"settings must be a SearchSettings, got {settings!r}")
         if not isinstance(require_scope, bool):
             raise ConfigurationError(f"require_scope must be true or false, got {require_scope!r}")
+        if on_branch_error not in ("raise", "partial"):
+            raise ConfigurationError(f"on_branch_error must be 'raise' or 'partial', got {on_branch_error!r}")
+        self.on_branch_error = on_branch_error
         if sections is not None and not callable(getattr(sections, "add_all", None)):
             raise ConfigurationError(f"sections must be a SectionIndex, got {sections!r}")
         self._fields = _check_fields_declaration(fields)
@@ -619,7 +628,7 @@ class KnowledgeBase:
         """A knowledge base from a mapping (a parsed ``[knowledge_base]`` TOML table, a JSON object).
 
         Keys: ``store``, ``lexical_store``, ``embedder`` (model name or folder), ``sources`` (list of paths),
-        ``fields`` (``{name: type}``), ``require_scope``, and every :class:`SearchSettings` field
+        ``fields`` (``{name: type}``), ``require_scope``, ``on_branch_error``, and every :class:`SearchSettings` field
         (``search_mode``, ``vector_weight``, ``keyword_weight``, ``fusion``, ``rank_constant``,
         ``rerank``, ``rerank_model``, ``retrieval_k``, ``top_k``, ``auto_direct_max``,
         ``auto_rerank_min``). Relative paths are relative to the working directory.
@@ -653,6 +662,7 @@ class KnowledgeBase:
             fields=config.get("fields"),
             settings=settings,
             require_scope=config.get("require_scope", False),
+            on_branch_error=config.get("on_branch_error", "raise"),
         )
 
     @classmethod
@@ -1258,7 +1268,8 @@ class KnowledgeBase:
             fusion = WeightedScoreFusion(weights, normalization="min_max")
         branches = {"vector": VectorRetriever(vector_store=vector, embedder=self._embedder),
                     "bm25": BM25Retriever(store=lexical)}  # fmt: skip
-        return HybridRetriever(branches, fusion=fusion, candidate_k=candidate_k)
+        return HybridRetriever(branches, fusion=fusion, candidate_k=candidate_k,
+                               on_branch_error=self.on_branch_error)  # type: ignore[arg-type]
 
     async def _reranker(self, spec: Any) -> Reranker:
         if not isinstance(spec, str):

@@ -183,3 +183,14 @@ def test_scale_smoke(tmp_path: Path) -> None:
     assert not any("error" in r for r in data["results"])
     if "Charts skipped" not in text:
         assert (tmp_path / "scale-latency.png").stat().st_size > 0 and (tmp_path / "scale-ingest.png").stat().st_size > 0
+
+
+def test_serve_smoke(tmp_path: Path) -> None:
+    """benchmarks/serve.py: SDK against HTTP (a real fastrag serve) at concurrency 1/16/64, ratios well formed."""
+    pytest.importorskip("fastapi", reason="needs the serve extra")
+    text = _run("serve.py", tmp_path / "serve.md")
+    rows = _table_rows(text, "| concurrency |")
+    assert [r[0] for r in rows] == ["1", "16", "64"]
+    for r in rows:
+        sdk_rps, http_rps, ratio = float(r[1]), float(r[2]), float(r[3])
+        assert sdk_rps > 0 and http_rps > 0 and abs(ratio - sdk_rps / http_rps) < 0.1 * ratio

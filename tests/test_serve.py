@@ -146,6 +146,17 @@ async def test_a_store_outage_is_a_503_naming_the_store_and_the_failed_branch() 
         assert keyword.status_code == 200 and keyword.json()["results"]
         assert (await api.client.get("/readyz")).status_code == 200  # count still answers
 
+    # a knowledge base configured to answer from the surviving branch says which branch it lost
+    degraded = FaultyStore(SQLiteVectorStore(":memory:"), methods={"search_vector"})
+    async for api in served({"docs": kb(degraded, on_branch_error="partial")}):
+        await api.add()
+        response = await api.retrieve(query="bicycle wheel")
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["partial"] is True and set(body["failed_branches"]) == {"vector"}
+        assert body["failed_branches"]["vector"]["store"] == "faulty://store"
+        assert body["results"] and all(set(r["metadata"]["branches"]) == {"bm25"} for r in body["results"])
+
     down = FaultyStore(SQLiteVectorStore(":memory:"))
     async for api in served({"docs": kb(down)}):
         for mode in ("vector", "keyword", "hybrid", "auto"):
@@ -456,6 +467,13 @@ def test_cli_exit_status_for_a_bad_configuration_and_an_unreachable_store(tmp_pa
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "knowledge base 'docs' could not be opened" in proc.stderr and "127.0.0.1" in proc.stderr
     assert "secret" not in proc.stderr
+
+
+def test_on_branch_error_is_a_knowledge_base_setting() -> None:
+    assert KnowledgeBase.from_config({"on_branch_error": "partial"}).on_branch_error == "partial"
+    assert KnowledgeBase.from_config({}).on_branch_error == "raise"
+    with pytest.raises(ConfigurationError, match="on_branch_error"):
+        KnowledgeBase.from_config({"on_branch_error": "ignore"})
 
 
 def test_the_docker_compose_configuration_parses() -> None:
