@@ -145,7 +145,7 @@ async def run(args: argparse.Namespace) -> str:
         "",
         "| concurrency | SDK req/s | HTTP req/s | req/s ratio (SDK / HTTP) | SDK p50 ms | HTTP p50 ms | p50 ratio "
         "| SDK p99 ms | HTTP p99 ms | p99 ratio |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for concurrency, d, h in rows:
         lines.append(
