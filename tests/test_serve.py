@@ -334,6 +334,12 @@ async def test_access_log_metrics_and_openapi(api: Served, caplog: pytest.LogCap
     assert {"/v1/knowledge-bases/{name}/retrieve", "/v1/knowledge-bases/{name}/documents", "/healthz",
             "/readyz"} <= set(schema["paths"])  # fmt: skip
     assert "/v1/knowledge-bases/{name}/ask" not in schema["paths"]  # no LLM configured
+    (name,) = [p for p in schema["paths"]["/v1/knowledge-bases/{name}/retrieve"]["post"]["parameters"]
+               if p["name"] == "name"]  # fmt: skip
+    assert name["schema"]["enum"] == ["docs"]  # the served knowledge bases, so clients and fuzzers use them
+    # JSON has one number type: 3.0 is the integer 3 (as JSON Schema's "integer" says); "3" is not
+    assert (await api.retrieve(query="bicycle", top_k=3.0)).json()["settings"]["top_k"]["value"] == 3
+    assert (await api.retrieve(query="bicycle", top_k=2.5)).status_code == 422
 
 
 async def test_ask_answers_with_citations_when_an_llm_is_configured() -> None:

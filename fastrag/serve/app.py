@@ -405,6 +405,22 @@ def create_app(
             raise ServeError(503, "write_failed", f"{type(exc).__name__}: {exc}", store=store_of(kb, exc)) from exc
         return DeleteDocumentsResponse(deleted=deleted)
 
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's schema, with ``{name}`` an enum of the served knowledge bases."""
+        if app.openapi_schema is None:
+            schema = generate()
+            for item in schema.get("paths", {}).values():
+                for operation in item.values():
+                    for parameter in operation.get("parameters", []):
+                        if parameter.get("in") == "path" and parameter.get("name") == "name":
+                            parameter["schema"] = {"type": "string", "enum": sorted(kbs), "title": "Name"}
+                            parameter["description"] = "the knowledge base (one of those this service serves)"
+        return app.openapi_schema or generate()
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
     if llms:
         from fastrag.serve.ask import answer_route
 

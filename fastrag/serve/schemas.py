@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -48,6 +49,18 @@ TenantValue = Annotated[StrictStr, Field(min_length=1, max_length=256)] | Annota
     StrictInt, Field(ge=MIN_SCOPE_INT, le=MAX_SCOPE_INT)
 ]
 """A tenant key's value: a non-empty string or a signed 64-bit integer (as the SDK's scopes)."""
+
+
+def _whole(value: Any) -> Any:
+    """A whole-number float (``5.0``) as an int: JSON has one number type, and JSON Schema's ``integer``
+    accepts ``5.0``. Strings and fractions stay as they are, to be refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Count = Annotated[StrictInt, BeforeValidator(_whole)]
+"""An integer field: a JSON integer, or a number with no fractional part (``10.0``); never a string."""
 
 
 def _bad_value(value: Any, path: str) -> str | None:
@@ -103,7 +116,7 @@ class RerankOptions(_Body):
     would let callers load arbitrary models or files on the server)."""
 
     enabled: StrictBool | None = Field(None, description="rerank the first stage's retrieval_k candidates")
-    retrieval_k: int | None = Field(None, ge=1, le=MAX_K, description="candidates handed to the reranker")
+    retrieval_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates handed to the reranker")
 
 
 class _Tenant(_Body):
@@ -116,8 +129,8 @@ class RetrieveRequest(_Tenant):
     then the system defaults (hybrid, weighted fusion, 20 results)."""
 
     query: str = Field(..., min_length=1, max_length=MAX_QUERY_CHARS, description="the question (non-blank)")
-    top_k: int | None = Field(None, ge=1, le=MAX_K, description="how many results (at most the service's max_top_k)")
-    offset: int = Field(0, ge=0, le=MAX_K, description="skip this many results (offset=top_k is page 2)")
+    top_k: Count | None = Field(None, ge=1, le=MAX_K, description="how many results (at most the service's max_top_k)")
+    offset: Count = Field(0, ge=0, le=MAX_K, description="skip this many results (offset=top_k is page 2)")
     filter: dict[str, Any] | None = Field(None, description="a fastrag filter in its JSON form (docs/filters.md)")
     search_mode: Literal["vector", "keyword", "hybrid", "auto"] | None = None
     fusion: FusionOptions | None = None
@@ -208,7 +221,7 @@ class AskRequest(_Tenant):
     """``POST .../ask``: answer from the retrieved documents with the configured LLM, citing them."""
 
     question: str = Field(..., min_length=1, max_length=MAX_QUERY_CHARS)
-    top_k: int | None = Field(None, ge=1, le=MAX_K, description="documents the LLM reads")
+    top_k: Count | None = Field(None, ge=1, le=MAX_K, description="documents the LLM reads")
     filter: dict[str, Any] | None = None
 
 
