@@ -37,7 +37,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from fastrag.errors import IngestionError, NoTextError
-from fastrag.ingestion.parsers import ParsedDocument, Section
+from fastrag.ingestion.parsed import ParsedDocument, Section
 
 if TYPE_CHECKING:  # pragma: no cover
     from pypdf import PdfReader

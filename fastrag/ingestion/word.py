@@ -32,7 +32,7 @@ from pathlib import PurePath
 from typing import Any
 
 from fastrag.errors import IngestionError, NoTextError
-from fastrag.ingestion.parsers import ParsedDocument, Section
+from fastrag.ingestion.parsed import ParsedDocument, Section
 
 __all__ = ["INSTALL_HINT", "parse_docx"]
 

@@ -54,7 +54,7 @@ from fastrag.vector_store.milvus.filters import (
     native_or_translated,
     string_literal,
 )
-from fastrag.vector_store.milvus.hybrid import search_hybrid
+from fastrag.vector_store.milvus.hybrid_search import search_hybrid
 from fastrag.vector_store.milvus.results import (
     bm25_score,
     check_search_k,
