@@ -172,8 +172,10 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
           embedder_options: dict[str, Any]) -> None:
     """Index .txt, .md, .html, .pdf, .docx files and BEIR corpus.jsonl files under PATHS (folders are walked).
 
-    PDF and Word files need their extras (pip install "fastrag-retrieval[pdf,docx]"); one that cannot be
-    read (encrypted, scanned without a text layer, malformed) is named with the reason and skipped.
+    PDF and Word files need their extras (pip install "fastrag-retrieval[pdf,docx]"); one without text to
+    read (encrypted, scanned without a text layer) is named with the reason and skipped; one that cannot be
+    read (malformed or truncated, or its extra missing) is named with the reason and counted as failed
+    (exit 1), and the run goes on.
     Only regular files are read: FIFOs, devices, sockets, symlink loops, broken symlinks and symlinks to
     folders are skipped, as are unsupported types, empty files and files over --max-file-size; the summary
     names each skipped path and why (the first 20; --verbose names all). Files deleted since they were
@@ -227,10 +229,18 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
         click.echo(f"... and {len(report.skipped_files) - len(shown)} more skipped (--verbose names them all)")
     if report.files_deleted:
         roots = " ".join(_shell_quote(printable_path(p)) for p in paths)
+        one = report.files_deleted == 1
         click.echo(
-            f"note: {report.files_deleted} indexed files under these paths are gone from disk (or no longer "
-            f"indexable) and stay searchable; remove them with `fastrag index {roots} --prune`"
+            f"note: {report.files_deleted} indexed {'file' if one else 'files'} under these paths "
+            f"{'is' if one else 'are'} gone from disk (or no longer indexable) and "
+            f"{'stays' if one else 'stay'} searchable; remove {'it' if one else 'them'} with "
+            f"`fastrag index {roots} --prune`"
         )
+        named = report.deleted if verbose else report.deleted[:_SKIPPED_SHOWN]
+        for uri in named:
+            click.echo(f"gone {printable_path(uri)}")
+        if len(named) < len(report.deleted):
+            click.echo(f"... and {len(report.deleted) - len(named)} more gone (--verbose names them all)")
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
     if report.languages:

@@ -460,7 +460,9 @@ async def open_reranker(kind: str, model: str | None = None, *, embedding_model:
             yield EmbedderReranker(embedder)
     elif kind == "cross-encoder":
         if not model:
-            raise ConfigurationError("the cross-encoder reranker needs a model: a local cross-encoder model folder")
+            raise ConfigurationError(
+                "the cross-encoder reranker needs a model: a local cross-encoder model folder (--rerank-model PATH)"
+            )
         async with CrossEncoderReranker(model) as reranker:
             yield reranker
     else:

@@ -73,7 +73,7 @@ def parse_pdf(data: bytes, *, source_uri: str, notes: list[str] | None = None) -
     if not data.lstrip(b"\x00\t\n\r\f ").startswith(b"%PDF-"):
         raise IngestionError(f"{source_uri}: not a PDF file (no %PDF- header)")
     if b"%%EOF" not in data[-_EOF_WINDOW:]:
-        raise IngestionError(f"{source_uri}: truncated or malformed PDF (no %%EOF marker at its end); skipped")
+        raise IngestionError(f"{source_uri}: truncated or malformed PDF (no %%EOF marker at its end)")
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted:
@@ -102,7 +102,7 @@ def parse_pdf(data: bytes, *, source_uri: str, notes: list[str] | None = None) -
     except Exception as exc:  # noqa: BLE001
         # pypdf reports damage as its own PyPdfError and, for some corruptions, as plain Python errors
         # (KeyError, ValueError, zlib.error, RecursionError, ...): any of them means this file cannot be read
-        raise IngestionError(f"{source_uri}: malformed PDF ({type(exc).__name__}: {exc}); skipped") from exc
+        raise IngestionError(f"{source_uri}: malformed PDF ({type(exc).__name__}: {exc})") from exc
     if not sections:
         raise NoTextError(
             source_uri,

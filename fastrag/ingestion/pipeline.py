@@ -144,6 +144,7 @@ class IngestionReport:
         files_deleted: sources under the run's paths still in the store although their file is gone (they
             stay searchable until a run with ``prune=True``); counted only by ``run(report_deleted=True)``,
             else 0.
+        deleted: those sources (``source_uri``), sorted; empty unless ``run(report_deleted=True)``.
         warnings: what was indexed with something left out, in words naming the file (a PDF page without a
             text layer).
         zero_vectors: chunks written whose embedding is all zeros (no word of theirs is in the
@@ -162,6 +163,7 @@ class IngestionReport:
     skipped: tuple[str, ...] = ()
     skipped_files: tuple[SkippedFile, ...] = ()
     files_deleted: int = 0
+    deleted: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     zero_vectors: int = 0
     languages: Mapping[str, int] = field(default_factory=dict)
@@ -189,6 +191,7 @@ class _Run:
     files_unchanged: int = 0
     files_pruned: int = 0
     files_deleted: int = 0
+    deleted: tuple[str, ...] = ()
     chunks_written: int = 0
     errors: list[IngestionFailure] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
@@ -219,6 +222,7 @@ class _Run:
             skipped=tuple(s.path for s in self.skipped),
             skipped_files=tuple(self.skipped),
             files_deleted=self.files_deleted,
+            deleted=self.deleted,
             warnings=tuple(self.warnings),
             zero_vectors=self.zero_vectors,
             languages=dict(self.languages),
@@ -417,7 +421,8 @@ class IngestionPipeline:
                 await self._prune(state)
             elif report_deleted:
                 doomed = await self._stale_sources(state)
-                state.files_deleted = len(set(doomed.values()))
+                state.deleted = tuple(sorted(set(doomed.values())))
+                state.files_deleted = len(state.deleted)
             bar.describe("Indexed")
         report = state.report()
         logger.info(

@@ -73,10 +73,10 @@ def parse_docx(data: bytes, *, source_uri: str, max_unpacked_bytes: int | None =
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             unpacked = sum(info.file_size for info in archive.infolist())
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise IngestionError(f"{source_uri}: truncated or malformed .docx (not a readable zip: {exc}); skipped") from exc
+        raise IngestionError(f"{source_uri}: truncated or malformed .docx (not a readable zip: {exc})") from exc
     if max_unpacked_bytes is not None and unpacked > max_unpacked_bytes:
         raise IngestionError(
-            f"{source_uri}: unpacks to {unpacked:,} bytes, over the limit of {max_unpacked_bytes:,}; skipped"
+            f"{source_uri}: unpacks to {unpacked:,} bytes, over the limit of {max_unpacked_bytes:,}"
         )
     try:
         document = docx.Document(io.BytesIO(data))
@@ -84,7 +84,7 @@ def parse_docx(data: bytes, *, source_uri: str, max_unpacked_bytes: int | None =
     except Exception as exc:  # noqa: BLE001
         # python-docx reports a damaged package as PackageNotFoundError, KeyError (a missing part), lxml's
         # XMLSyntaxError, zipfile errors...: any of them means this file cannot be read
-        raise IngestionError(f"{source_uri}: malformed .docx ({type(exc).__name__}: {exc}); skipped") from exc
+        raise IngestionError(f"{source_uri}: malformed .docx ({type(exc).__name__}: {exc})") from exc
 
 
 def _sections(document: Any, source_uri: str) -> ParsedDocument:

@@ -859,7 +859,10 @@ class MilvusVectorStore:
         expression = native_or_translated(filter) or ""
         exists = await self._searchable()
         if not self.enable_bm25:
-            raise ConfigurationError(f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True")
+            raise ConfigurationError(
+                f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True (in a store URL: "
+                "?bm25=true), in a new collection"
+            )
         if not exists or not query.strip():
             return []
         hits = await self._unless_never_written(self._search(query, SPARSE_FIELD, "BM25", k, expression), [])

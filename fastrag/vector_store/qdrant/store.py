@@ -599,7 +599,10 @@ class QdrantVectorStore:
         qfilter = self._filter(filter)
         exists = await self._ready()
         if not self.enable_bm25:
-            raise ConfigurationError(f"{self.name}: BM25 is not enabled; open the store with enable_bm25=True")
+            raise ConfigurationError(
+                f"{self.name}: BM25 is not enabled; open the store with enable_bm25=True (in a store URL: "
+                "?bm25=true). A collection created without BM25 cannot gain it: index into a new collection"
+            )
         text_query = self._text_query(query)
         if not exists or text_query is None:
             return []
