@@ -167,6 +167,8 @@ async def test_a_store_outage_is_a_503_naming_the_store_and_the_failed_branch() 
         assert ready.status_code == 503 and "docs" in ready.json()["message"]
         write = await api.add()
         assert write.status_code == 503 and write.json()["store"] == "faulty://store"
+        delete = await api.client.request("DELETE", "/v1/knowledge-bases/docs/documents", json={"ids": ["bike-1"]})
+        assert delete.status_code == 503 and delete.json()["error"] == "write_failed"
         assert (await api.client.get("/healthz")).json() == {"status": "ok"}
 
 

@@ -39,7 +39,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fastrag.errors import ConfigurationError, FilterError, InvalidParameterError
+from fastrag.errors import BackendError, ConfigurationError, EmbeddingError, FilterError, InvalidParameterError
 from fastrag.knowledge_base import KnowledgeBase, SearchResponse
 from fastrag.models import PARENT_ID, RANK, SCORE, Document
 from fastrag.serve.config import ServeConfig, ServeLimits, TokenBinding
@@ -385,7 +385,7 @@ def create_app(
             added = await kb.add_documents(docs, **scope)
         except (InvalidParameterError, FilterError, ConfigurationError) as exc:
             raise sdk_error(exc) from exc
-        except Exception as exc:  # the store or the embedder failed: nothing is reported as written
+        except (BackendError, EmbeddingError) as exc:  # the store or the embedder failed (a bug stays a 500)
             raise ServeError(503, "write_failed", f"{type(exc).__name__}: {exc}", store=store_of(kb, exc)) from exc
         return AddDocumentsResponse(added=added)
 
@@ -401,7 +401,7 @@ def create_app(
             deleted = await kb.delete(ids=body.ids, filter=body.filter, **scope)
         except (InvalidParameterError, FilterError, ConfigurationError) as exc:
             raise sdk_error(exc) from exc
-        except Exception as exc:
+        except BackendError as exc:
             raise ServeError(503, "write_failed", f"{type(exc).__name__}: {exc}", store=store_of(kb, exc)) from exc
         return DeleteDocumentsResponse(deleted=deleted)
 
