@@ -477,6 +477,16 @@ def test_cli_exit_status_for_a_bad_configuration_and_an_unreachable_store(tmp_pa
     assert "secret" not in proc.stderr
 
 
+def test_without_the_serve_extra_the_command_names_the_install(tmp_path: Path) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledge_bases.docs]\nstore = "sqlite:///:memory:"\n', encoding="utf-8")
+    code = ("import sys; sys.modules['fastapi'] = None; from fastrag.cli import main; "
+            f"sys.argv = ['fastrag', 'serve', '--config', {str(config)!r}]; main()")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1 and 'pip install "fastrag-retrieval[serve]"' in proc.stderr, proc.stderr
+
+
 def test_on_branch_error_is_a_knowledge_base_setting() -> None:
     assert KnowledgeBase.from_config({"on_branch_error": "partial"}).on_branch_error == "partial"
     assert KnowledgeBase.from_config({}).on_branch_error == "raise"
