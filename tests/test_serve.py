@@ -172,6 +172,19 @@ async def test_a_store_outage_is_a_503_naming_the_store_and_the_failed_branch() 
         assert (await api.client.get("/healthz")).json() == {"status": "ok"}
 
 
+async def test_a_store_that_hangs_is_a_503_after_the_request_timeout() -> None:
+    stalled = FaultyStore(SQLiteVectorStore(":memory:"), methods={"search_vector", "search_text"}, delay=30.0,
+                          failures=0)  # fmt: skip
+    async for api in served({"docs": kb(stalled)}, limits=ServeLimits(request_timeout=0.3)):
+        await api.add()
+        started = time.perf_counter()
+        response = await api.retrieve(query="bicycle")
+        assert time.perf_counter() - started < 10
+        assert response.status_code == 503, response.text
+        assert response.json()["retrieval_failed"] is True and "request_timeout" in response.json()["message"]
+        assert response.json()["store"] == "FaultyStore"  # an injected store: its type (a URL otherwise)
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -307,6 +320,7 @@ def test_token_configuration(tmp_path: Path) -> None:
         ({"serve": {"tokens": {"a": {"token_sha256": digest, "knowledge_bases": ["nope"]}}}}, "nope"),
         ({"serve": {"max_top_k": 0}}, "max_top_k"),
         ({"serve": {"colour": 1}}, "colour"),
+        ({"serve": {"request_timeout": 0}}, "request_timeout"),
     ):
         with pytest.raises(ConfigurationError, match=words):
             parse_config({**bad, "knowledge_bases": {"docs": {}}}, environ={})

@@ -285,6 +285,10 @@ def create_app(
             scope[key] = bound
         return scope
 
+    def timed_out(kb: KnowledgeBase) -> ServeError:
+        message = f"retrieval took longer than the service's request_timeout ({limits.request_timeout:g} s)"
+        return ServeError(503, "retrieval_failed", message, retrieval_failed=True, store=store_of(kb, None))
+
     def sdk_error(exc: Exception) -> ServeError:
         if isinstance(exc, FilterError):
             return ServeError(422, "invalid_request", f"filter: {exc}",
@@ -347,11 +351,14 @@ def create_app(
             settings.update({k: v for k, v in (("rerank", r.enabled), ("retrieval_k", r.retrieval_k)) if v is not None})
         scope = tenant(body, binding)
         try:
-            response: SearchResponse = await kb.search_result(
-                body.query, filter=body.filter, offset=body.offset, **scope, **settings
-            )
+            with anyio.fail_after(limits.request_timeout):
+                response: SearchResponse = await kb.search_result(
+                    body.query, filter=body.filter, offset=body.offset, **scope, **settings
+                )
         except (InvalidParameterError, FilterError, ConfigurationError) as exc:
             raise sdk_error(exc) from exc
+        except TimeoutError as exc:
+            raise timed_out(kb) from exc
         request.scope["fastrag"]["timings"] = dict(response.timings)
         request.scope["fastrag"]["strategy"] = response.strategy
         failed = {branch: failure(kb, err) for branch, err in response.failed_branches.items()}
@@ -424,7 +431,7 @@ def create_app(
     if llms:
         from fastrag.serve.ask import answer_route
 
-        answer_route(app, llms=llms, limits=limits, caller=caller, open_kb=open_kb, tenant=tenant,
+        answer_route(app, llms=llms, timed_out=timed_out, limits=limits, caller=caller, open_kb=open_kb, tenant=tenant,
                      sdk_error=sdk_error, chunk=_chunk, store_of=store_of)  # fmt: skip
     return app
 

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import anyio
 from fastapi import Depends, FastAPI, Request
 
 from fastrag.errors import (
@@ -68,7 +69,7 @@ class _NoRetrieval:
 def answer_route(
     app: FastAPI, *, llms: Mapping[str, Any], limits: ServeLimits, caller: Callable[..., Any],
     open_kb: Callable[..., Any], tenant: Callable[..., Any], sdk_error: Callable[..., Any], chunk: Callable[..., Any],
-    store_of: Callable[..., Any],
+    store_of: Callable[..., Any], timed_out: Callable[..., Any],
 ) -> None:  # fmt: skip
     """Add the ``/ask`` route to ``app`` (the helpers are the app's own: auth, tenancy, error mapping)."""
     from fastrag.querying import QueryEngine
@@ -91,9 +92,12 @@ def answer_route(
         scope = tenant(body, binding)
         settings = {"top_k": body.top_k} if body.top_k is not None else {}
         try:
-            found = await kb.search_result(body.question, filter=body.filter, **scope, **settings)
+            with anyio.fail_after(limits.request_timeout):
+                found = await kb.search_result(body.question, filter=body.filter, **scope, **settings)
         except (InvalidParameterError, FilterError, ConfigurationError) as exc:
             raise sdk_error(exc) from exc
+        except TimeoutError as exc:
+            raise timed_out(kb) from exc
         if found.retrieval_failed:
             raise ServeError(503, "retrieval_failed", f"retrieval failed: {found.error}", retrieval_failed=True,
                              store=store_of(kb, found.error))  # fmt: skip

@@ -7,6 +7,7 @@
     max_top_k = 100                 # largest top_k a request may ask for (at most 10,000)
     max_body_bytes = 1048576        # largest request body, in bytes (413 above it)
     max_documents = 1000            # most documents one add request may carry
+    request_timeout = 30.0          # seconds one retrieval may take (503 naming the store after it)
 
     [serve.tokens.alice]            # a bearer token bound to a tenant
     token_sha256 = "9f86d08..."     # SHA-256 (hex) of the token: the file holds no secret
@@ -58,6 +59,8 @@ class ServeLimits:
         max_top_k: the largest ``top_k`` (1 to 10,000); ``offset + top_k`` stays within 10,000.
         max_body_bytes: the largest request body, in bytes (>= 1,024).
         max_documents: the most documents one ``POST .../documents`` may carry (>= 1).
+        request_timeout: seconds one retrieval (or ``ask``'s retrieval) may take before it is cancelled and
+            answered with a 503 (``retrieval_failed``, the store named); a number in (0, 3600].
 
     Raises:
         ConfigurationError: a bound out of its range.
@@ -67,8 +70,12 @@ class ServeLimits:
     max_top_k: int = 100
     max_body_bytes: int = 1_048_576
     max_documents: int = 1_000
+    request_timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        timeout = self.request_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+            raise ConfigurationError(f"serve.request_timeout must be a number of seconds in (0, 3600], got {timeout!r}")
         for name, low, high in (
             ("max_query_chars", 1, MAX_QUERY_CHARS),
             ("max_top_k", 1, MAX_K),
@@ -182,7 +189,7 @@ def parse_config(data: Mapping[str, Any], *, environ: Mapping[str, str] | None =
     serve = data.get("serve", {})
     if not isinstance(serve, Mapping):
         raise ConfigurationError("[serve] must be a table")
-    limit_names = ("max_query_chars", "max_top_k", "max_body_bytes", "max_documents")
+    limit_names = ("max_query_chars", "max_top_k", "max_body_bytes", "max_documents", "request_timeout")
     unknown = sorted(set(serve) - {*limit_names, "tokens"})
     if unknown:
         raise ConfigurationError(f"serve: unknown key(s) {unknown}; known: {[*limit_names, 'tokens']}")
