@@ -221,14 +221,7 @@ class OpenAICompatibleLLM:
         headers: Mapping[str, str] | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
-        if not isinstance(base_url, str) or not base_url.strip():
-            raise ConfigurationError(f"base_url must be an http(s) URL such as 'http://localhost:8000/v1', got {base_url!r}")
-        try:
-            parsed = httpx.URL(base_url.strip())
-        except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
-            raise ConfigurationError(f"base_url is not a valid URL: {base_url!r} ({exc})") from exc
-        if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ConfigurationError(f"base_url must be an http(s) URL such as 'http://localhost:8000/v1', got {base_url!r}")
+        _check_base_url(base_url, example="http://localhost:8000/v1")
         if not isinstance(model, str) or not model.strip():
             raise InvalidParameterError(f"model must be a non-empty string, got {_shown(model)}")
         try:
@@ -422,6 +415,22 @@ class OpenAICompatibleLLM:
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleLLM(base_url={self.base_url!r}, model={self.model!r})"
+
+
+def _check_base_url(base_url: Any, *, example: str) -> None:
+    """Refuse a ``base_url`` that is not an absolute http(s) URL with a host.
+
+    Raises:
+        ConfigurationError: names the value and shows ``example``.
+    """
+    if not isinstance(base_url, str) or not base_url.strip():
+        raise ConfigurationError(f"base_url must be an http(s) URL such as {example!r}, got {base_url!r}")
+    try:
+        parsed = httpx.URL(base_url.strip())
+    except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
+        raise ConfigurationError(f"base_url is not a valid URL: {base_url!r} ({exc})") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigurationError(f"base_url must be an http(s) URL such as {example!r}, got {base_url!r}")
 
 
 def _check_headers(headers: Any) -> dict[str, str]:

@@ -49,7 +49,6 @@ from fastrag.errors import (
     AuthenticationError,
     BackendError,
     BackendTemporarilyUnavailableError,
-    ConfigurationError,
     InvalidParameterError,
     RateLimitError,
     RetrievalTimeoutError,
@@ -58,6 +57,7 @@ from fastrag.errors import (
 from fastrag.ingestion.steps._remote import Kind, RemoteEmbedder
 from fastrag.llm import (
     _API_KEY,
+    _check_base_url,
     _check_headers,
     _is_number,
     _loads,
@@ -150,14 +150,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidParameterError(f"model must be a non-empty string, got {_shown(model)}")
-        if not isinstance(base_url, str) or not base_url.strip():
-            raise ConfigurationError(f"base_url must be an http(s) URL such as 'http://localhost:8080/v1', got {base_url!r}")
-        try:
-            parsed = httpx.URL(base_url.strip())
-        except (httpx.InvalidURL, TypeError, UnicodeError) as exc:
-            raise ConfigurationError(f"base_url is not a valid URL: {base_url!r} ({exc})") from exc
-        if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ConfigurationError(f"base_url must be an http(s) URL such as 'http://localhost:8080/v1', got {base_url!r}")
+        _check_base_url(base_url, example="http://localhost:8080/v1")
         for label, value in (("query_prefix", query_prefix), ("document_prefix", document_prefix)):
             if not isinstance(value, str):
                 raise InvalidParameterError(f"{label} must be a string, got {_shown(value)}")
