@@ -733,7 +733,12 @@ async def test_a_file_emptied_since_indexing_loses_its_chunks(tmp_path: Path) ->
     await pipeline(store).run([tmp_path])
     path.write_text("", encoding="utf-8")
     report = await pipeline(store).run([tmp_path])
-    assert report.files_indexed == 1 and await store.count() == 0
+    assert await store.count() == 0
+    # skipped as empty, as every later run says too, not "indexed" one run and "skipped" the next
+    assert (report.files_indexed, report.files_skipped) == (0, 1)
+    assert report.skipped_files[0].reason.startswith("no text to index (empty)")
+    again = await pipeline(store).run([tmp_path])
+    assert (again.files_indexed, again.files_unchanged, again.files_skipped) == (0, 0, 1)
 
 
 @pytest.mark.anyio

@@ -128,13 +128,12 @@ class IngestionReport:
     """What one :meth:`IngestionPipeline.run` did.
 
     Attributes:
-        files_indexed: files parsed and written (new or changed, or emptied since their chunks were
-            stored); a BEIR corpus counts as one file.
+        files_indexed: files parsed and written (new or changed); a BEIR corpus counts as one file.
         files_unchanged: files whose stored chunks already match them; nothing was written.
         files_skipped: paths found but not indexed, each with its reason in ``skipped_files``: an
             unsupported type, not a regular file (a FIFO, a device, a socket, also through a symlink), a
             symlink loop or a broken or folder symlink, a file over the size limit, or a file with no text
-            to index (empty) that nothing was stored for.
+            to index (empty; the chunks of an earlier version of it are removed).
         files_pruned: sources (files, or BEIR documents) whose chunks ``prune=True`` deleted.
         chunks_written: chunks upserted (each counted once, however many stores received it).
         errors: the files that failed to read or parse; the run went on without them and their
@@ -181,6 +180,9 @@ class _Batch:
     documents: tuple[Document, ...]
     embeddings: np.ndarray | None
     completed: tuple[Filter, ...]  # stale chunks of the sources this batch completes
+
+
+_EMPTIED = "no text to index (empty); the chunks stored from its earlier version are removed"
 
 
 @dataclass(slots=True)
@@ -481,6 +483,10 @@ class IngestionPipeline:
             return
         if unchanged:
             state.files_unchanged += 1
+            return
+        if not documents:  # emptied since it was indexed: skipped as empty, as on any later run; its chunks go
+            state.completed.append(stale)
+            state.skipped.append(SkippedFile(printable_path(source.path), _EMPTIED))
             return
         for group in _by_source(documents):
             # a document's chunks travel in one batch, so in one upsert (one transaction in SQLite): a run
