@@ -850,3 +850,40 @@ async def test_hybrid_pages_join_into_the_top(lite_store):
             top = await retriever.retrieve("solar panel", k=4)
             pages = await retriever.retrieve("solar panel", k=2) + await retriever.retrieve("solar panel", k=2, offset=2)
             assert [d.id for d in pages] == [d.id for d in top] and len(top) == 4
+
+
+@pytest.mark.anyio
+async def test_a_connection_the_server_dropped_for_its_ping_policy_is_retried_once(milvus_server):
+    """milvus-lite 2.5.1 closes a connection pymilvus's keepalive pings while idle (gRPC UNAVAILABLE "Too many
+    pings"); the next call fails once while pymilvus reconnects. That one failure is retried, a second is not."""
+    from pymilvus.exceptions import MilvusException
+
+    from fastrag.vector_store.milvus import MilvusVectorStore
+
+    def dropped() -> MilvusException:
+        error = MilvusException(code=2, message="Fail connecting to server")
+        error.__cause__ = RuntimeError("UNAVAILABLE: Too many pings")
+        return error
+
+    async with MilvusVectorStore(milvus_server, "ping_policy", dimension=2) as store:
+        client = store._client
+        real = client.has_collection
+        failures = []
+
+        async def flaky(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            if len(failures) < budget:
+                failures.append(1)
+                raise dropped()
+            return await real(*args, **kwargs)
+
+        client.has_collection = flaky
+        try:
+            budget = 1
+            assert await store._call("has_collection", "ping_policy") in (True, False)
+            assert len(failures) == 1
+            failures.clear()
+            budget = 2
+            with pytest.raises(BackendError, match="Fail connecting"):
+                await store._call("has_collection", "ping_policy")
+        finally:
+            client.has_collection = real

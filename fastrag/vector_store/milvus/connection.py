@@ -120,6 +120,25 @@ def import_pymilvus() -> Any:
     return pymilvus
 
 
+def dropped_by_ping_policy(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it chains) is gRPC's ``UNAVAILABLE: Too many pings``.
+
+    milvus-lite 2.5.1 serving over TCP keeps gRPC's default server ping policy, which pymilvus's keepalive
+    pings break on a connection left idle for about half a minute: the server closes it (GOAWAY) and the next
+    call fails once while pymilvus reconnects; the call after that succeeds (seen in CI). One more attempt of
+    that call is safe: every call the store makes is idempotent (reads, upserts by id, deletes, index
+    creation after listing the existing indexes).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if "Too many pings" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it chains) says the server cannot be reached or opened."""
     import grpc

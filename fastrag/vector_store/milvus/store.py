@@ -28,13 +28,14 @@ from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import (
     check_dimension,
     check_document_text,
-    check_id_text,
     check_embeddings,
+    check_id_text,
     check_query_vector,
     check_unique_ids,
 )
 from fastrag.vector_store.milvus.connection import (
     INSTALL_HINT,
+    dropped_by_ping_policy,
     import_pymilvus,
     is_unavailable,
     lite_acquire,
@@ -348,13 +349,18 @@ class MilvusVectorStore:
         if self._client is None:
             raise BackendUnavailableError("store is closed", store=self.name)
         kwargs.setdefault("timeout", self.timeout)
-        try:
-            if self._is_async:
-                return await getattr(self._client, method)(*args, **kwargs)
-            return await anyio.to_thread.run_sync(partial(getattr(self._client, method), *args, **kwargs))
-        except sdk_errors() as exc:
-            kind = BackendTemporarilyUnavailableError if is_unavailable(exc) else BackendError
-            raise kind(f"Milvus {method} failed: {message(exc)}", store=self.name) from exc
+        retried = False
+        while True:
+            try:
+                if self._is_async:
+                    return await getattr(self._client, method)(*args, **kwargs)
+                return await anyio.to_thread.run_sync(partial(getattr(self._client, method), *args, **kwargs))
+            except sdk_errors() as exc:
+                if not retried and dropped_by_ping_policy(exc):
+                    retried = True  # an idle connection the server closed; pymilvus has reconnected
+                    continue
+                kind = BackendTemporarilyUnavailableError if is_unavailable(exc) else BackendError
+                raise kind(f"Milvus {method} failed: {message(exc)}", store=self.name) from exc
 
     # ------------------------------------------------------------------ schema
 
@@ -492,6 +498,14 @@ class MilvusVectorStore:
         self._exists = True
 
     def _create_indexes_sync(self, specs: list[dict[str, Any]]) -> None:
+        try:
+            self._create_indexes_once(specs)
+        except BackendUnavailableError as exc:
+            if not dropped_by_ping_policy(exc):
+                raise
+            self._create_indexes_once(specs)  # an idle connection the server closed; pymilvus has reconnected
+
+    def _create_indexes_once(self, specs: list[dict[str, Any]]) -> None:
         pymilvus = import_pymilvus()
         client = self._client
         own_sync = self._is_async
