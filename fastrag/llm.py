@@ -52,7 +52,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Any, Literal, Self
@@ -527,16 +527,29 @@ def _parse_completion(payload: Any, content: bytes, where: str) -> ChatCompletio
     )
 
 
-def _status_error(status: int, headers: httpx.Headers, content: bytes, where: str) -> BackendError:
+def _status_error(
+    status: int,
+    headers: httpx.Headers,
+    content: bytes,
+    where: str,
+    *,
+    what: str = "chat completion request",
+    clean: Callable[[str], str] = str,
+) -> BackendError:
+    """The typed error for a non-2xx answer of an OpenAI-compatible endpoint (chat or embeddings).
+
+    ``what`` names the request in the generic case; ``clean`` runs over text taken from the answer (the
+    embedder passes its key redaction, for servers that echo the key back).
+    """
     if 300 <= status < 400:
         location = headers.get("location")
-        target = f"to {_snippet(location)!r}" if location else "without a Location"
+        target = f"to {clean(_snippet(location))!r}" if location else "without a Location"
         return BackendError(
             f"HTTP {status}: the server redirected {target}; redirects are not followed (a POST is not resent "
             "to another URL): set base_url to the final URL",
             store=where,
         )
-    message = f"HTTP {status}: {_server_message(content)}"
+    message = f"HTTP {status}: {clean(_server_message(content))}"
     if status in _AUTH_STATUSES:
         return AuthenticationError(f"the API key was refused ({message})", store=where)
     retry_after = retry_after_seconds(headers)
@@ -546,7 +559,7 @@ def _status_error(status: int, headers: httpx.Headers, content: bytes, where: st
         return BackendTemporarilyUnavailableError(f"server unavailable ({message})", store=where, retry_after=retry_after)
     if status in _TRANSIENT_STATUSES:
         return TransientBackendError(f"server error ({message})", store=where, retry_after=retry_after)
-    return BackendError(f"chat completion request failed ({message})", store=where)
+    return BackendError(f"{what} failed ({message})", store=where)
 
 
 def _server_message(content: bytes) -> str:

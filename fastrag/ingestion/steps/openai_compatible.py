@@ -46,11 +46,9 @@ import anyio
 import httpx
 
 from fastrag.errors import (
-    AuthenticationError,
     BackendError,
     BackendTemporarilyUnavailableError,
     InvalidParameterError,
-    RateLimitError,
     RetrievalTimeoutError,
     TransientBackendError,
 )
@@ -61,11 +59,11 @@ from fastrag.llm import (
     _check_headers,
     _is_number,
     _loads,
-    _server_message,
     _shown,
     _snippet,
+    _status_error,
 )
-from fastrag.retry import RetryPolicy, retry_after_seconds
+from fastrag.retry import RetryPolicy
 
 __all__ = ["API_KEY_ENV", "DEFAULT_BASE_URL", "DEFAULT_MAX_RESPONSE_BYTES", "OpenAICompatibleEmbedder"]
 
@@ -79,9 +77,6 @@ DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 """The largest response body read by default, in bytes (256 MiB): 128 vectors of 3,072 floats as JSON
 text take about 8 MB; a larger ``batch_size`` or wider model may need more."""
 
-_AUTH = frozenset({401, 403})
-_UNAVAILABLE = frozenset({502, 503, 504})
-_TRANSIENT = frozenset({408, 500})
 _MAX_TIMEOUT = 1e6
 
 
@@ -318,20 +313,4 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         return text.replace(self._secret, "***") if self._secret else text
 
     def _status_error(self, status: int, headers: httpx.Headers, content: bytes) -> BackendError:
-        where = self._where
-        if 300 <= status < 400:
-            return BackendError(
-                f"HTTP {status}: the server redirected to {headers.get('location')!r}; redirects are not followed: "
-                "set base_url to the final URL", store=where,
-            )  # fmt: skip
-        message = f"HTTP {status}: {self._redact(_server_message(content))}"
-        if status in _AUTH:
-            return AuthenticationError(f"the API key was refused ({message})", store=where)
-        retry_after = retry_after_seconds(headers)
-        if status == 429:
-            return RateLimitError(f"rate limited ({message})", store=where, retry_after=retry_after)
-        if status in _UNAVAILABLE:
-            return BackendTemporarilyUnavailableError(f"server unavailable ({message})", store=where, retry_after=retry_after)
-        if status in _TRANSIENT:
-            return TransientBackendError(f"server error ({message})", store=where, retry_after=retry_after)
-        return BackendError(f"embedding request failed ({message})", store=where)
+        return _status_error(status, headers, content, self._where, what="embedding request", clean=self._redact)
