@@ -25,7 +25,14 @@ always agree. Steps, in order:
    ``cjk_bigram`` with ``output_unigrams``). A query uses bigrams for runs of two or more characters and
    the unigram for a single character, so a Chinese question finds Chinese documents through the bigrams
    they share, and a one-character query still matches.
-5. Stopwords are dropped (English: Lucene's ``EnglishAnalyzer`` default set).
+5. Stopwords are dropped: English, Lucene's ``EnglishAnalyzer`` default set (33 words), in every store;
+   Danish, Dutch, French, German, Italian, Norwegian, Portuguese, Russian, Spanish or Swedish, Snowball's
+   list (:data:`SNOWBALL_STOPWORD_LANGUAGES`, the default of Lucene's and Elasticsearch's analyzers for
+   these languages) when that is the analyzer's own language: a store of Russian text
+   (``Analyzer("ru")``; ``fastrag eval --language ru``). Documents of another language in a multilingual
+   store (:meth:`Analyzer.for_language`) keep their function words, as before: BM25 then compares
+   documents of different languages on comparable lengths (with each language's list, 11 of XQuAD's
+   5,950 questions lost their own-language paragraph to a translation shortened by a longer list).
 6. Every other word is stemmed with the Snowball stemmer of the language (Porter 2001,
    https://snowballstem.org/; every language Snowball has, :data:`SNOWBALL_LANGUAGES`), through the
    ``snowballstemmer`` package (which uses PyStemmer's C code when it is installed).
@@ -58,6 +65,7 @@ __all__ = [
     "ENGLISH_STOPWORDS",
     "LANGUAGE_ALIASES",
     "SNOWBALL_LANGUAGES",
+    "SNOWBALL_STOPWORD_LANGUAGES",
     "Analyzer",
     "dictionary_segmentation",
     "primary_language",
@@ -72,6 +80,17 @@ lower case, dictionary words for Thai, Lao, Khmer and Myanmar."""
 ENGLISH_STOPWORDS = frozenset(
     ["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"]
 )
+
+SNOWBALL_STOPWORD_LANGUAGES: dict[str, str] = {
+    "da": "DANISH", "de": "GERMAN", "es": "SPANISH", "fr": "FRENCH", "it": "ITALIAN", "nl": "DUTCH",
+    "no": "NORWEGIAN", "pt": "PORTUGUESE", "ru": "RUSSIAN", "sv": "SWEDISH",
+}
+"""Languages with Snowball's stopword list (https://snowballstem.org/, each algorithm's ``stop.txt``:
+function words such as Russian ``в``, ``и``, ``что``), code -> the list's name in ``bm25s.stopwords``.
+The lists come from the ``bm25s`` package, which ships NLTK's stopword corpus for these languages (NLTK
+took them from Snowball): no package on PyPI ships Snowball's lists alone, and the broader lists of
+``stop-words``, ``stopwordsiso`` and ``stopwords`` measured lower (``benchmarks/results/languages.md``,
+"Stopwords"). Snowball has no list for the other languages it stems."""
 
 # ISO 639-1 code -> Snowball algorithm name: every language snowballstemmer 3 ships (its "porter" and
 # "dutch_porter" are older variants of English and Dutch; "st" is Sesotho).
@@ -118,10 +137,13 @@ class Analyzer:
 
     Args:
         language: ISO 639-1 code choosing the stemmer, the lower-casing rules (Turkish and Azerbaijani
-            dotted and dotless i) and, for ``"en"``, the stopword list. ``None`` disables stemming.
+            dotted and dotless i) and the stopword list (:data:`ENGLISH_STOPWORDS`, or Snowball's list for
+            a language of :data:`SNOWBALL_STOPWORD_LANGUAGES`). ``None`` disables stemming.
             Unknown codes raise.
         stem: apply the Snowball stemmer of ``language``.
-        stopwords: drop stopwords (only English has a list; other languages keep every token).
+        stopwords: drop the language's stopwords (English and the languages of
+            :data:`SNOWBALL_STOPWORD_LANGUAGES` have a list; other languages keep every word). The
+            analyzers :meth:`for_language` derives drop English's only.
 
     Raises:
         InvalidParameterError: ``language`` has no Snowball stemmer.
@@ -133,6 +155,8 @@ class Analyzer:
                 f"no Snowball stemmer for language {language!r}; known: {', '.join(sorted(SNOWBALL_LANGUAGES))}"
             )
         self._init(language, language, stem=stem, stopwords=stopwords)
+        if stopwords and language in SNOWBALL_STOPWORD_LANGUAGES:
+            self.stopwords = _snowball_stopwords(language)
 
     def _init(self, language: str | None, casing: str | None, *, stem: bool, stopwords: bool) -> None:
         self.language = language
@@ -147,8 +171,12 @@ class Analyzer:
     def signature(self) -> str:
         """What a store records of the analysis its terms were made with: :data:`ANALYSIS_VERSION` and the
         segmentation of Thai-family scripts (``"icu<major version>"`` or ``"bigrams"``), e.g.
-        ``"fastrag-analysis/2 spaceless=icu78"``. The language and options are recorded apart."""
-        return f"fastrag-analysis/{ANALYSIS_VERSION} spaceless={dictionary_segmentation() or 'bigrams'}"
+        ``"fastrag-analysis/2 spaceless=icu78"``, then ``" stopwords=snowball"`` when this analyzer drops
+        Snowball's list for its language. The language and options are recorded apart."""
+        signature = f"fastrag-analysis/{ANALYSIS_VERSION} spaceless={dictionary_segmentation() or 'bigrams'}"
+        if self.language in SNOWBALL_STOPWORD_LANGUAGES and self.stopwords:
+            signature += " stopwords=snowball"
+        return signature
 
     def for_language(self, language: str | None) -> Analyzer:
         """The analysis for text written in ``language``: this analyzer's settings, that language's stemmer.
@@ -162,7 +190,8 @@ class Analyzer:
             analyzer; else an analyzer with ``stem`` and ``stopwords`` as given to this one, the
             Snowball stemmer of ``language`` (via :data:`LANGUAGE_ALIASES`) or no stemmer when it has
             none (``"zh"``, ``"ja"``, ``"th"``, ...), and ``language``'s lower-casing (``"az"`` has
-            Turkish casing, no stemmer). Analyzers are cached per language.
+            Turkish casing, no stemmer); of the stopword lists, only English's (step 5 above says why).
+            Analyzers are cached per language.
         """
         code = primary_language(language)
         if code is None:
@@ -331,6 +360,17 @@ def _bigrams(units: list[str]) -> list[str]:
     if len(units) == 1:
         return units
     return [units[i] + units[i + 1] for i in range(len(units) - 1)]
+
+
+@lru_cache(maxsize=None)
+def _snowball_stopwords(language: str) -> frozenset[str]:
+    """Snowball's stopwords for ``language`` (a key of :data:`SNOWBALL_STOPWORD_LANGUAGES`) as
+    :meth:`Analyzer.fold` leaves words. Read from ``bm25s.stopwords`` on first use (about 0.2 s: importing
+    it imports bm25s's retrieval engine)."""
+    from bm25s import stopwords as lists  # a core dependency, see SNOWBALL_STOPWORD_LANGUAGES
+
+    words = getattr(lists, f"STOPWORDS_{SNOWBALL_STOPWORD_LANGUAGES[language]}")
+    return frozenset(unicodedata.normalize("NFKC", word).casefold() for word in words)
 
 
 def _stemmer(language: str | None):

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
+from fastrag.analysis import Analyzer
 from fastrag.errors import BackendUnavailableError, ConfigurationError, InvalidParameterError
 
 __all__ = [
@@ -259,6 +260,14 @@ _REMOTE_SCHEMES: dict[str, tuple[str, str]] = {
     "postgresql": ("fastrag.vector_store.postgres", "PgVectorStore"),
     "postgres": ("fastrag.vector_store.postgres", "PgVectorStore"),
 }
+_ANALYZING_SCHEMES = frozenset({"qdrant", "qdrants", "qdrant+memory", "qdrant+path", "postgresql", "postgres"})
+"""Remote schemes whose store analyses BM25 text with a fastrag :class:`~fastrag.analysis.Analyzer`."""
+
+
+def analyses_text(url: str) -> bool:
+    """Whether the store ``url`` names analyses BM25 text with a fastrag
+    :class:`~fastrag.analysis.Analyzer` (SQLite, PostgreSQL, Qdrant): :func:`open_store` takes one for it."""
+    return is_sqlite_url(url) or urlparse(url).scheme in _ANALYZING_SCHEMES
 
 
 def is_sqlite_url(url: str) -> bool:
@@ -268,7 +277,12 @@ def is_sqlite_url(url: str) -> bool:
 
 
 def open_store(  # noqa: ANN201
-    url: str, *, embedding_model: str | None = None, dimension: int | None = None, create: bool = True
+    url: str,
+    *,
+    embedding_model: str | None = None,
+    dimension: int | None = None,
+    create: bool = True,
+    analyzer: Analyzer | None = None,
 ):
     """The store a URL names (see the module docstring); the caller opens and closes it.
 
@@ -284,9 +298,12 @@ def open_store(  # noqa: ANN201
         create: create the database, collection or index when it does not exist. ``False`` for reading:
             a store that does not exist (a typo in a path or collection name) then fails to open with
             :class:`~fastrag.errors.BackendUnavailableError` instead of answering "no match".
+        analyzer: the BM25 text analysis of a store that analyses text itself (SQLite, PostgreSQL,
+            Qdrant); ``None``: the store's default (English). Refused for the other stores.
 
     Raises:
-        ConfigurationError: unknown scheme, a missing extra, or settings that differ from the store's.
+        ConfigurationError: unknown scheme, a missing extra, settings that differ from the store's, or an
+            ``analyzer`` for a store whose engine analyses text itself.
         BackendUnavailableError: the store cannot be opened, or does not exist and ``create`` is false, or
             (SQLite, ``create`` false) its file is empty: 0 bytes is no index, not an empty one.
     """
@@ -295,6 +312,10 @@ def open_store(  # noqa: ANN201
         module_name, class_name = _REMOTE_SCHEMES[scheme]
         module = importlib.import_module(module_name)
         options = {k: v for k, v in {"dimension": dimension, "embedding_model": embedding_model}.items() if v is not None}
+        if analyzer is not None:
+            if scheme not in _ANALYZING_SCHEMES:
+                raise ConfigurationError(f"{scheme}:// stores analyse text in the engine: an analyzer cannot be given")
+            options["analyzer"] = analyzer
         if not create:
             options["create"] = False
         return getattr(module, class_name).from_url(url, **options)
@@ -312,7 +333,7 @@ def open_store(  # noqa: ANN201
                 "written); rebuild it with `fastrag index PATH`",
                 store=url,
             )
-    return SQLiteVectorStore(path, embedding_model=embedding_model, dimension=dimension)
+    return SQLiteVectorStore(path, embedding_model=embedding_model, dimension=dimension, analyzer=analyzer)
 
 
 def split_embedder_name(name: str | None) -> tuple[str | None, str | None]:
@@ -472,13 +493,13 @@ async def open_reranker(kind: str, model: str | None = None, *, embedding_model:
 
 @asynccontextmanager
 async def open_stores(
-    settings: Settings, *, embedding_model: str | None = None, create: bool = True
+    settings: Settings, *, embedding_model: str | None = None, create: bool = True, analyzer: Analyzer | None = None
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Open ``settings.store`` and, when set, ``settings.lexical_store``; yield ``(store, lexical_store)``.
 
     ``lexical_store`` is the same object as ``store`` when no separate one is configured. Both are closed
     on exit. ``create=False`` is for reading: a store that does not exist fails to open (see
-    :func:`open_store`).
+    :func:`open_store`). ``analyzer`` is given to both (see :func:`open_store`).
 
     Raises:
         ConfigurationError: a URL is invalid, or an extra is missing.
@@ -486,11 +507,13 @@ async def open_stores(
     """
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(
-            open_store(settings.store, embedding_model=embedding_model, create=create)
+            open_store(settings.store, embedding_model=embedding_model, create=create, analyzer=analyzer)
         )
         lexical = store
         if settings.lexical_store and settings.lexical_store != settings.store:
-            lexical = await stack.enter_async_context(open_store(settings.lexical_store, create=create))
+            lexical = await stack.enter_async_context(
+                open_store(settings.lexical_store, create=create, analyzer=analyzer)
+            )
         yield store, lexical
 
 

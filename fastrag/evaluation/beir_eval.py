@@ -8,8 +8,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastrag.analysis import primary_language
-from fastrag.config import Settings, build_retriever, open_embedder, open_reranker, open_stores
+from fastrag.analysis import LANGUAGE_ALIASES, SNOWBALL_STOPWORD_LANGUAGES, Analyzer, primary_language
+from fastrag.config import Settings, analyses_text, build_retriever, open_embedder, open_reranker, open_stores
 from fastrag.errors import ConfigurationError, IngestionError
 from fastrag.evaluation.beir import BeirDataset, load_beir
 from fastrag.evaluation.metrics import evaluate
@@ -87,7 +87,10 @@ async def evaluate_beir(
             with the same embedder are read from it (and new ones added), so a rerun embeds nothing.
         language: the dataset's language (ISO 639-1, e.g. ``"de"``): every document is indexed with
             ``metadata["language"]`` set to it and every query is analysed in it, so BM25 stems both
-            sides with that language's Snowball stemmer. ``None``: the store's analysis (English).
+            sides with that language's Snowball stemmer; for a language with Snowball's stopword list
+            (:data:`~fastrag.analysis.SNOWBALL_STOPWORD_LANGUAGES`) the store (SQLite, PostgreSQL,
+            Qdrant) is created with that language's analysis, which drops them on both sides.
+            ``None``: the store's analysis (English).
         allow_missing: score even when documents the qrels judge relevant are missing from the corpus
             (:func:`missing_judged_documents`; they count as never retrieved), with a
             :class:`MissingJudgedDocumentsWarning`. By default that is an error: such scores measure the
@@ -138,7 +141,16 @@ async def evaluate_beir(
     try:
         name = embedder.name if embedder is not None else None
         settings = Settings(store=store_url, lexical_store=lexical_store_url)
-        async with AsyncExitStack() as stack, open_stores(settings, embedding_model=name) as (store, lexical):
+        # a dataset in one language: the store's own analysis is that language's (with its stopwords)
+        code = primary_language(language)
+        code = LANGUAGE_ALIASES.get(code, code) if code else None
+        urls = [settings.store] + ([settings.lexical_store] if settings.lexical_store else [])
+        own = code in SNOWBALL_STOPWORD_LANGUAGES and all(analyses_text(url) for url in urls)
+        analyzer = Analyzer(code) if own else None
+        async with AsyncExitStack() as stack, open_stores(settings, embedding_model=name, analyzer=analyzer) as (
+            store,
+            lexical,
+        ):
             retrieval_embedder = embedder
             if embedder is not None and embedding_cache is not None:
                 cache = await stack.enter_async_context(EmbeddingCache(embedding_cache))
