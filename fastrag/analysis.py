@@ -53,7 +53,7 @@ from __future__ import annotations
 import re
 import threading
 import unicodedata
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import regex
 import snowballstemmer
@@ -362,7 +362,7 @@ def _bigrams(units: list[str]) -> list[str]:
     return [units[i] + units[i + 1] for i in range(len(units) - 1)]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _snowball_stopwords(language: str) -> frozenset[str]:
     """Snowball's stopwords for ``language`` (a key of :data:`SNOWBALL_STOPWORD_LANGUAGES`) as
     :meth:`Analyzer.fold` leaves words. Read from ``bm25s.stopwords`` on first use (about 0.2 s: importing
