@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -491,7 +492,11 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
                 raise result.error
             return result
 
-    result = _run(go, settings.store)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        result = _run(go, settings.store)
+    for warning in caught:  # e.g. a dense branch not run for the question's language
+        click.echo(f"warning: {warning.message}", err=True)
     hits = list(result.documents)
     incomplete = dict(result.incomplete)
     if result.zero_vector_branches:
@@ -500,6 +505,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
     if as_json:
         click.echo(json.dumps({"query": query, "mode": settings.mode, "rerank": rerank,
                                "zero_vector_branches": list(result.zero_vector_branches),
+                               "skipped_branches": dict(result.skipped_branches),
                                "documents": [d.to_dict() for d in hits], "incomplete": incomplete},
                               ensure_ascii=False, indent=2))
         return
@@ -652,7 +658,6 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
     --allow-missing is given.
     """
     import tempfile
-    import warnings
 
     from fastrag.evaluation.beir_eval import evaluate_beir
 

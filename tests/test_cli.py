@@ -304,8 +304,9 @@ def test_vector_mode_finds_a_file_by_meaning_without_a_shared_word(in_index: Pat
 
 def test_search_json_has_the_documented_shape(in_index: Path) -> None:
     payload = search_json("field report", "--mode", "keyword", "--top-k", "3")
-    assert set(payload) == {"query", "mode", "rerank", "zero_vector_branches", "documents", "incomplete"}
-    assert payload["incomplete"] == {}
+    assert set(payload) == {"query", "mode", "rerank", "zero_vector_branches", "skipped_branches", "documents",
+                            "incomplete"}
+    assert payload["incomplete"] == {} and payload["skipped_branches"] == {}
     assert payload["zero_vector_branches"] == []
     assert payload["query"] == "field report" and payload["mode"] == "keyword" and payload["rerank"] == "none"
     docs = payload["documents"]

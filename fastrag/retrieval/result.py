@@ -45,6 +45,7 @@ __all__ = [
     "record_branch_failure",
     "record_incomplete",
     "record_timing",
+    "record_skipped",
     "record_zero_vector",
     "retrieve_result",
     "stage",
@@ -81,6 +82,9 @@ class RetrievalResult:
             name there). Such a branch has no neighbours and returns nothing; a hybrid then ranks by its
             other branches alone (an empty branch adds the same zero to every document, so their order
             is unchanged). Each is also logged at WARNING on ``fastrag.retrieval``.
+        skipped_branches: ``{branch: why}`` for the hybrid branches not run because they could not help
+            (a dense branch whose embedder does not cover the questions' language: ``skip_uncovered`` of
+            :class:`~fastrag.retrieval.HybridRetriever`). The other branches rank alone; not ``partial``.
     """
 
     documents: tuple[Document, ...] = ()
@@ -90,6 +94,7 @@ class RetrievalResult:
     timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     zero_vector_branches: tuple[str, ...] = ()
     incomplete: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    skipped_branches: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "documents", tuple(self.documents))
@@ -97,6 +102,7 @@ class RetrievalResult:
         object.__setattr__(self, "timings", _frozen(self.timings))
         object.__setattr__(self, "zero_vector_branches", tuple(self.zero_vector_branches))
         object.__setattr__(self, "incomplete", _frozen(self.incomplete))
+        object.__setattr__(self, "skipped_branches", _frozen(self.skipped_branches))
 
     @property
     def retrieval_failed(self) -> bool:
@@ -107,7 +113,7 @@ class RetrievalResult:
 class _Collector:
     """What the stages of one call report; one per :func:`retrieve_result` call, never shared."""
 
-    __slots__ = ("absorbed", "failed", "incomplete", "timings", "zero_vector")
+    __slots__ = ("absorbed", "failed", "incomplete", "skipped", "timings", "zero_vector")
 
     def __init__(self) -> None:
         self.failed: dict[str, Exception] = {}
@@ -115,6 +121,7 @@ class _Collector:
         self.timings: dict[str, float] = {}
         self.zero_vector: list[str] = []
         self.incomplete: dict[str, str] = {}
+        self.skipped: dict[str, str] = {}
 
 
 _collector: ContextVar[_Collector | None] = ContextVar("fastrag_retrieval_collector", default=None)
@@ -186,6 +193,14 @@ def record_zero_vector(name: str) -> None:
         branch = _prefix.get().rstrip("/") or name
         if branch not in collector.zero_vector:
             collector.zero_vector.append(branch)
+
+
+def record_skipped(name: str, reason: str) -> None:
+    """Report that hybrid branch ``name`` was not run, and why (``skipped_branches`` of the current
+    :func:`retrieve_result` call, if any; a nested branch is named ``"outer/inner"``)."""
+    collector = _collector.get()
+    if collector is not None:
+        collector.skipped[_prefix.get() + name] = reason
 
 
 def record_incomplete(name: str, reason: str) -> None:
@@ -270,6 +285,7 @@ async def retrieve_result(
         timings=collector.timings,
         zero_vector_branches=tuple(collector.zero_vector),
         incomplete=collector.incomplete,
+        skipped_branches=collector.skipped,
     )
 
 
