@@ -89,8 +89,8 @@ SNOWBALL_STOPWORD_LANGUAGES: dict[str, str] = {
 function words such as Russian ``в``, ``и``, ``что``), code -> the list's name in ``bm25s.stopwords``.
 The lists come from the ``bm25s`` package, which ships NLTK's stopword corpus for these languages (NLTK
 took them from Snowball): no package on PyPI ships Snowball's lists alone, and the broader lists of
-``stop-words``, ``stopwordsiso`` and ``stopwords`` measured lower (``benchmarks/results/languages.md``,
-"Stopwords"). Snowball has no list for the other languages it stems."""
+``stop-words``, ``stopwordsiso`` and ``stopwords`` measured lower on Russian and Spanish
+(``benchmarks/results/stopwords.md``). Snowball has no list for the other languages it stems."""
 
 # ISO 639-1 code -> Snowball algorithm name: every language snowballstemmer 3 ships (its "porter" and
 # "dutch_porter" are older variants of English and Dutch; "st" is Sesotho).
