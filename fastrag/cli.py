@@ -281,14 +281,17 @@ def _language_options(language: str | None, *, detect_all: bool) -> dict[str, An
 
 async def _question_language(lexical: Any, language: str | None) -> dict[str, Any]:
     """``search --language``: a code is the question's language; ``auto`` detects it with Lingua among the
-    languages the store's documents were analysed in (one: that one; none recorded: the store's own)."""
+    languages the store's documents were analysed in, the store's own analysis language included (one:
+    that one; none recorded: the store's own)."""
     if language != "auto":
         return _language_options(language, detect_all=False)
     languages = getattr(lexical, "languages", None)
     if not callable(languages):
         raise ConfigurationError(f"--language auto needs a store that records its documents' languages (the "
                                  f"SQLite store); {lexical!r} does not: give the question's language code")
-    held = [code for code in await languages() if code]
+    # "" stands for documents analysed by the store's own analyzer: its language (English by default)
+    own = getattr(getattr(lexical, "analyzer", None), "language", None)
+    held = sorted({code or own for code in await languages()} - {None, ""})
     if len(held) == 1:
         return {"language": held[0]}
     if not held:

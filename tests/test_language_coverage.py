@@ -100,6 +100,31 @@ async def test_every_other_configuration_runs_both_branches(store, embedder, bm2
     assert embedder.queries == 1 and not result.skipped_branches
 
 
+class ScriptDetector:
+    """Devanagari -> "hi", anything else -> "en"; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def detect(self, text: str) -> str | None:
+        self.calls += 1
+        return "hi" if any("\u0900" <= ch <= "\u097f" for ch in text) else "en"
+
+
+async def test_a_detected_uncovered_language_skips_the_dense_branch_for_that_question(store) -> None:
+    embedder, detector = CountingEmbedder(), ScriptDetector()
+    retriever = hybrid(store, embedder, detector=detector)
+    assert not retriever.skipped_branches  # decided per question
+    hindi = await retrieve_result(retriever, "पैंथर्स की रक्षा पंक्ति", k=4)
+    assert set(hindi.skipped_branches) == {"vector"} and "detected as 'hi'" in hindi.skipped_branches["vector"]
+    assert embedder.queries == 0 and detector.calls == 1  # detected once: the BM25 branch is told the result
+    bm25 = await BM25Retriever(store=store, language="hi").retrieve("पैंथर्स की रक्षा पंक्ति", k=4)
+    assert [d.id for d in hindi.documents] == [d.id for d in bm25]
+    english = await retrieve_result(retriever, "Panthers defense", k=4)
+    assert not english.skipped_branches and embedder.queries == 1 and detector.calls == 2
+    assert retriever.retrievers["bm25"].detector is detector  # the branch itself is untouched
+
+
 def test_embedder_languages() -> None:
     assert embedder_languages(CountingEmbedder()) == frozenset({"en"})
     assert embedder_languages(CountingEmbedder("static-minilm-d64")) == frozenset({"en"})

@@ -221,6 +221,26 @@ def test_cli_search_language_auto_detects_among_the_store_languages(tmp_path: Pa
     assert [d["id"] for d in json.loads(found.stdout)["documents"]][:1] == ["de"]
 
 
+def test_cli_search_language_auto_counts_the_stores_own_language(tmp_path: Path, monkeypatch) -> None:
+    """English documents are analysed by the store's own (English) analyzer, recorded as "": they count
+    among the languages an auto-detected question may be in, so an English question is not analysed, and
+    its dense branch not dropped, as if it were German."""
+    pytest.importorskip("lingua")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "en.md").write_text("The old houses by the river were built by the first settlers of "
+                                             "the town, and most of them still stand today.\n", encoding="utf-8")
+    (tmp_path / "docs" / "de.md").write_text("Die alten Häuser am Fluss wurden von den ersten Siedlern der Stadt "
+                                             "gebaut, und die meisten stehen noch heute.\n", encoding="utf-8")
+    assert cli("index", "docs", "--language", "auto").exit_code == 0
+    english = cli("search", "Who built the old houses by the river?", "--json", "--language", "auto")
+    german = cli("search", "Wer hat die alten Häuser am Fluss gebaut?", "--json", "--language", "auto")
+    assert english.exit_code == 0 and german.exit_code == 0, english.output + german.output
+    assert json.loads(english.stdout)["skipped_branches"] == {}
+    assert "detected as 'de'" in json.loads(german.stdout)["skipped_branches"]["vector"]
+    assert json.loads(english.stdout)["documents"][0]["metadata"]["source_uri"].endswith("en.md")
+
+
 def test_cli_index_language_auto_detects_each_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("lingua")
     monkeypatch.chdir(tmp_path)

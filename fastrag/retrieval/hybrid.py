@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
@@ -124,6 +125,20 @@ def uncovered_dense_branches(branches: Mapping[str, Retriever]) -> dict[str, str
                        f"analysed in {code!r}: ranked by BM25 alone")}
 
 
+def _detected_coverage(branches: Mapping[str, Retriever]) -> tuple[Any, frozenset[str]] | None:
+    """``(detector, covered languages)`` for a one-``"bm25"``-one-``"vector"`` hybrid whose BM25 branch
+    detects each question's language (a ``detector``, no fixed ``language``) and whose embedder's
+    languages are known; ``None`` otherwise."""
+    if set(branches) != {"bm25", "vector"}:
+        return None
+    bm25 = branches["bm25"]
+    detector = getattr(bm25, "detector", None)
+    if detector is None or getattr(bm25, "language", None) is not None or not isinstance(bm25, BM25Retriever):
+        return None
+    covered = embedder_languages(getattr(branches["vector"], "embedder", None))
+    return None if covered is None else (detector, covered)
+
+
 def _static_weight(branches: Mapping[str, Retriever] | None) -> float | None:
     """BM25's measured weight when the branches are one BM25 and one dense branch over a shipped static model."""
     if branches is None or set(branches) != {"bm25", "vector"}:
@@ -200,7 +215,10 @@ class HybridRetriever(ReturnsResult):
             embedder does not cover the language of the questions (:func:`uncovered_dense_branches`: the
             BM25 branch has a fixed ``language``, or its store's analysis is in one, that is not among
             :func:`embedder_languages`): ranked by BM25 alone, the result names the branch in
-            ``skipped_branches``, and a ``UserWarning`` says why, here. With the shipped English static
+            ``skipped_branches``, and a ``UserWarning`` says why, here. When the BM25 branch detects each
+            question's language instead (a ``detector``), the hybrid detects it first (once: the BM25
+            branch is given the result) and leaves the dense branch out of that call only, named in
+            ``skipped_branches``. With the shipped English static
             model the dense branch moved XQuAD nDCG@10 by -0.0012 to +0.0016 in the other languages
             measured (``benchmarks/results/languages.md``). ``False``, or any ``fusion``, runs every branch.
 
@@ -253,6 +271,7 @@ class HybridRetriever(ReturnsResult):
         if on_branch_error not in _POLICIES:
             raise InvalidParameterError(f"on_branch_error must be one of {_POLICIES}, got {on_branch_error!r}")
         skipped = uncovered_dense_branches(branches) if fusion is None and skip_uncovered is True else {}
+        detect = _detected_coverage(branches) if fusion is None and skip_uncovered is True else None
         for name, why in skipped.items():
             warnings.warn(f"hybrid branch {name!r} is not run: {why}", UserWarning, stacklevel=2)
         fusion = default_fusion(branches) if fusion is None else fusion
@@ -263,15 +282,39 @@ class HybridRetriever(ReturnsResult):
             check(list(branches))
         self._retrievers = MappingProxyType(branches)
         self._skipped = MappingProxyType(skipped)
+        self._detect = detect
         self._fusion = fusion
         self._candidate_k = candidate_k
         self._branch_timeout = branch_timeout
         self._on_branch_error: BranchErrorPolicy = on_branch_error
         self.limits = limits
 
+    async def _for_question(self, query: str) -> tuple[Mapping[str, Retriever], Mapping[str, str]]:
+        """The branches to run for ``query`` and ``{branch: why}`` for those left out: the constructor's
+        decision, or, with a detecting BM25 branch and an embedder of known languages, the question's
+        detected language decides (the BM25 branch then analyses in it without detecting again)."""
+        if self._detect is None:
+            return self._retrievers, self._skipped
+        detector, covered = self._detect
+        with timed("detect"):
+            code = primary_language(await anyio.to_thread.run_sync(detector.detect, query))
+        if code is None:
+            return self._retrievers, self._skipped
+        bm25 = copy.copy(self._retrievers["bm25"])
+        bm25.language, bm25.detector = code, None  # type: ignore[attr-defined]
+        branches = {**self._retrievers, "bm25": bm25}
+        if code in covered:
+            return branches, self._skipped
+        embedder = getattr(self._retrievers["vector"], "embedder", None)
+        name = getattr(embedder, "name", type(embedder).__name__)
+        why = (f"the embedder {name!r} covers {', '.join(sorted(covered))}; the question was detected as "
+               f"{code!r}: ranked by BM25 alone")
+        return branches, {"vector": why}
+
     @property
     def skipped_branches(self) -> Mapping[str, str]:
-        """``{branch: why}`` for the branches not run (see ``skip_uncovered``); empty when all run."""
+        """``{branch: why}`` for the branches never run (see ``skip_uncovered``); empty when all run. With a
+        detecting BM25 branch the decision is per question: see ``RetrievalResult.skipped_branches``."""
         return self._skipped
 
     @property
@@ -371,12 +414,13 @@ class HybridRetriever(ReturnsResult):
         # store reads the rows of the k fused documents once (fastrag.deferred)
         store = self._rows_store
         token = DEFER_ROWS_FOR.set(store) if store is not None else None
-        for name, why in self._skipped.items():
+        retrievers, skipped = await self._for_question(query)
+        for name, why in skipped.items():
             record_skipped(name, why)
         try:
             async with anyio.create_task_group() as tg:
-                for name, retriever in self._retrievers.items():
-                    if name not in self._skipped:
+                for name, retriever in retrievers.items():
+                    if name not in skipped:
                         tg.start_soon(run, name, retriever, name=f"hybrid branch {name!r}")
         except BaseExceptionGroup as group:
             if any(not isinstance(exc, Exception) for exc in group.exceptions):
