@@ -41,6 +41,7 @@ __all__ = [
     "default_candidate_k",
     "default_fusion",
     "embedder_languages",
+    "uncovered_dense_branches",
 ]
 
 logger = logging.getLogger("fastrag.retrieval")
@@ -412,11 +413,11 @@ class HybridRetriever(ReturnsResult):
 
         # every branch on one store that can leave rows out: the branches carry ids and scores, and the
         # store reads the rows of the k fused documents once (fastrag.deferred)
-        store = self._rows_store
-        token = DEFER_ROWS_FOR.set(store) if store is not None else None
         retrievers, skipped = await self._for_question(query)
         for name, why in skipped.items():
             record_skipped(name, why)
+        store = self._rows_store
+        token = DEFER_ROWS_FOR.set(store) if store is not None else None
         try:
             async with anyio.create_task_group() as tg:
                 for name, retriever in retrievers.items():
