@@ -411,11 +411,11 @@ class HybridRetriever(ReturnsResult):
                     raise  # cancels the other branches
                 # with "partial", decided below, once every branch has finished
 
-        # every branch on one store that can leave rows out: the branches carry ids and scores, and the
-        # store reads the rows of the k fused documents once (fastrag.deferred)
         retrievers, skipped = await self._for_question(query)
         for name, why in skipped.items():
             record_skipped(name, why)
+        # every branch on one store that can leave rows out: the branches carry ids and scores, and the
+        # store reads the rows of the k fused documents once (fastrag.deferred)
         store = self._rows_store
         token = DEFER_ROWS_FOR.set(store) if store is not None else None
         try:
