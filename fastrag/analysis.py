@@ -68,6 +68,7 @@ __all__ = [
     "SNOWBALL_STOPWORD_LANGUAGES",
     "Analyzer",
     "dictionary_segmentation",
+    "language_code",
     "primary_language",
 ]
 
@@ -138,8 +139,9 @@ class Analyzer:
     Args:
         language: ISO 639-1 code choosing the stemmer, the lower-casing rules (Turkish and Azerbaijani
             dotted and dotless i) and the stopword list (:data:`ENGLISH_STOPWORDS`, or Snowball's list for
-            a language of :data:`SNOWBALL_STOPWORD_LANGUAGES`). ``None`` disables stemming.
-            Unknown codes raise.
+            a language of :data:`SNOWBALL_STOPWORD_LANGUAGES`). ``None`` disables stemming. A tag is
+            normalised (:func:`language_code`, :data:`LANGUAGE_ALIASES`: ``"RU"``, ``"pt-BR"``, ``"nb"``);
+            a language without a Snowball stemmer (``"zh"``) or an unregistered code raises.
         stem: apply the Snowball stemmer of ``language``.
         stopwords: drop the language's stopwords (English and the languages of
             :data:`SNOWBALL_STOPWORD_LANGUAGES` have a list; other languages keep every word). The
@@ -151,9 +153,15 @@ class Analyzer:
 
     def __init__(self, language: str | None = "en", *, stem: bool = True, stopwords: bool = True) -> None:
         if language is not None and language not in SNOWBALL_LANGUAGES:
-            raise InvalidParameterError(
-                f"no Snowball stemmer for language {language!r}; known: {', '.join(sorted(SNOWBALL_LANGUAGES))}"
-            )
+            code = language_code(language)
+            code = LANGUAGE_ALIASES.get(code, code) if code else None  # "RU", "pt-BR", "nb" -> ru, pt, no
+            if code not in SNOWBALL_LANGUAGES:
+                known = ", ".join(sorted(SNOWBALL_LANGUAGES))
+                hint = (f"{language!r} is not a registered language code" if code is None else
+                        f"text in {code!r} needs no stemmer: give the store Analyzer(None) (or English's, the "
+                        f"default), and each document its metadata['language']")
+                raise InvalidParameterError(f"no Snowball stemmer for language {language!r} ({hint}); known: {known}")
+            language = code
         self._init(language, language, stem=stem, stopwords=stopwords)
         if stopwords and language in SNOWBALL_STOPWORD_LANGUAGES:
             self.stopwords = _snowball_stopwords(language)
@@ -342,6 +350,30 @@ def _dictionary_words(runs: list[str]) -> list[list[str]]:
             out[index].append(joined[a:b])
         a = b
     return out
+
+
+@lru_cache(maxsize=4096)
+def _registered(tag: str) -> str | None:
+    import langcodes  # a core dependency, see language_code
+
+    try:
+        parsed = langcodes.Language.get(tag)
+    except (ValueError, LookupError):
+        return None
+    code = parsed.language
+    return code if code and len(code) in (2, 3) and code.isalpha() and parsed.is_valid() else None
+
+
+def language_code(tag: object) -> str | None:
+    """The language of a BCP 47 tag as the registry's shortest code, for tags a user gives (``--language``,
+    ``language=``): ``"RU"``, ``"ru-RU"``, ``"rus"`` -> ``"ru"``; ``"pt_BR"`` -> ``"pt"``; ``"iw"`` ->
+    ``"he"``. ``None`` when ``tag`` is not a string or names no registered language (``"xx"``, ``"und"``,
+    ``"russian"``): the IANA language subtag registry, through the ``langcodes`` package (parsing and
+    normalisation by BCP 47, pure Python). Tags read from documents' metadata go through the more lenient
+    :func:`primary_language`, so stored analyses never change."""
+    if not isinstance(tag, str) or not tag.strip():
+        return None
+    return _registered(tag.strip().replace("_", "-"))
 
 
 def primary_language(tag: object) -> str | None:

@@ -28,6 +28,7 @@ from fastrag.config import (
     Settings,
     embedding_cache_path,
     load_settings,
+    new_store_analyzer,
     open_embedder,
     open_reranker,
     open_stores,
@@ -191,6 +192,8 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
     settings = _settings({"store": store_url, "embedding_model": model, "lexical_store": lexical_store_url,
                           "embedding_cache": embedding_cache, **embedder_options})
     language_options = _language_options(language, detect_all=True)
+    # a new SQLite store of one language analyses in it (Snowball's stopwords): decided before it exists
+    analyzer = new_store_analyzer(settings, language_options.get("language"))
     max_file_bytes = _parse_size(max_file_size)
     cache_note: list[str] = []
 
@@ -200,7 +203,9 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(_index_lock(settings, timeout=lock_timeout))
             embedder = await stack.enter_async_context(open_embedder(settings.embedding_model, settings=settings))
-            store, lexical = await stack.enter_async_context(open_stores(settings, embedding_model=embedder.name))
+            store, lexical = await stack.enter_async_context(
+                open_stores(settings, embedding_model=embedder.name, analyzer=analyzer)
+            )
             cache_path = embedding_cache_path(settings, embedder_kind=_embedder_kind(embedder))
             if cache_path is not None:
                 cache = await stack.enter_async_context(EmbeddingCache(cache_path))
@@ -259,7 +264,7 @@ def _language_options(language: str | None, *, detect_all: bool) -> dict[str, An
     """``--language``: ``{}``, ``{"language": code}``, or (``auto`` when indexing) a Lingua detector over
     every language it knows, in low-accuracy mode (documents are long enough for it). A bad value is
     invalid input (exit 1)."""
-    from fastrag.analysis import primary_language
+    from fastrag.analysis import language_code
 
     if language is None:
         return {}
@@ -273,25 +278,34 @@ def _language_options(language: str | None, *, detect_all: bool) -> dict[str, An
         except FastragError as exc:
             click.echo(f"error: --language auto: {exc}", err=True)
             sys.exit(EXIT_INVALID)
-    if primary_language(language) is None:
-        click.echo(f"error: --language must be auto or a language code such as de, got {language!r}", err=True)
+    code = language_code(language)
+    if code is None:
+        click.echo(f"error: --language must be auto or a registered language code such as de (ISO 639), got "
+                   f"{language!r}", err=True)
         sys.exit(EXIT_INVALID)
-    return {"language": language}
+    return {"language": code}
 
 
 async def _question_language(lexical: Any, language: str | None) -> dict[str, Any]:
     """``search --language``: a code is the question's language; ``auto`` detects it with Lingua among the
     languages the store's documents were analysed in, the store's own analysis language included (one:
-    that one; none recorded: the store's own)."""
-    if language != "auto":
-        return _language_options(language, detect_all=False)
+    that one; none recorded: the store's own). A code none of the store's documents were analysed in is
+    used, with a warning."""
+    from fastrag.analysis import LANGUAGE_ALIASES
+
     languages = getattr(lexical, "languages", None)
+    if language != "auto":
+        options = _language_options(language, detect_all=False)
+        held = await _held_languages(lexical) if callable(languages) and options else []
+        code = options.get("language")
+        if held and LANGUAGE_ALIASES.get(code, code) not in {LANGUAGE_ALIASES.get(h, h) for h in held}:
+            click.echo(f"warning: --language {code}: the store's documents were analysed in {', '.join(held)}, "
+                       f"none in {code!r}; the question is analysed in {code!r} all the same", err=True)
+        return options
     if not callable(languages):
         raise ConfigurationError(f"--language auto needs a store that records its documents' languages (the "
                                  f"SQLite store); {lexical!r} does not: give the question's language code")
-    # "" stands for documents analysed by the store's own analyzer: its language (English by default)
-    own = getattr(getattr(lexical, "analyzer", None), "language", None)
-    held = sorted({code or own for code in await languages()} - {None, ""})
+    held = await _held_languages(lexical)
     if len(held) == 1:
         return {"language": held[0]}
     if not held:
@@ -299,6 +313,13 @@ async def _question_language(lexical: Any, language: str | None) -> dict[str, An
     from fastrag.language import LinguaLanguageDetector
 
     return {"detector": LinguaLanguageDetector(held)}
+
+
+async def _held_languages(lexical: Any) -> list[str]:
+    """The languages ``lexical``'s documents were analysed in, sorted; ``""`` (documents analysed by the
+    store's own analyzer) stands for the store's own language (English by default)."""
+    own = getattr(getattr(lexical, "analyzer", None), "language", None)
+    return sorted({code or own for code in await lexical.languages()} - {None, ""})
 
 
 @asynccontextmanager
@@ -672,7 +693,7 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
     if language == "auto":
         click.echo("error: --language for eval is the dataset's language code (e.g. de), not auto", err=True)
         sys.exit(EXIT_INVALID)
-    _language_options(language, detect_all=False)
+    language = _language_options(language, detect_all=False).get("language")  # normalised: "RU", "rus" -> "ru"
 
     if rerank == "embedder":
         _warn_same_model_rerank(rerank_model, settings.embedding_model)

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from fastrag.analysis import Analyzer
+from fastrag.analysis import LANGUAGE_ALIASES, SNOWBALL_STOPWORD_LANGUAGES, Analyzer, primary_language
 from fastrag.errors import BackendUnavailableError, ConfigurationError, InvalidParameterError
 
 __all__ = [
@@ -264,10 +264,20 @@ _ANALYZING_SCHEMES = frozenset({"qdrant", "qdrants", "qdrant+memory", "qdrant+pa
 """Remote schemes whose store analyses BM25 text with a fastrag :class:`~fastrag.analysis.Analyzer`."""
 
 
-def analyses_text(url: str) -> bool:
-    """Whether the store ``url`` names analyses BM25 text with a fastrag
-    :class:`~fastrag.analysis.Analyzer` (SQLite, PostgreSQL, Qdrant): :func:`open_store` takes one for it."""
-    return is_sqlite_url(url) or urlparse(url).scheme in _ANALYZING_SCHEMES
+def new_store_analyzer(settings: Settings, language: str | None) -> Analyzer | None:
+    """The analysis of a store of one language that is about to be created: ``Analyzer(code)`` when
+    ``language`` has Snowball's stopword list (:data:`~fastrag.analysis.SNOWBALL_STOPWORD_LANGUAGES`) and
+    every store ``settings`` names is a SQLite file that does not exist yet (``fastrag index --language``
+    and ``fastrag eval --language`` then build a Russian store, stopwords dropped); ``None`` otherwise: an
+    existing file keeps the analysis it was built with, and other stores analyse per document."""
+    code = primary_language(language)
+    code = LANGUAGE_ALIASES.get(code, code) if code else None
+    if code not in SNOWBALL_STOPWORD_LANGUAGES:
+        return None
+    urls = [settings.store] + ([settings.lexical_store] if settings.lexical_store else [])
+    if all(is_sqlite_url(u) and sqlite_path(u) != ":memory:" and not Path(sqlite_path(u)).exists() for u in urls):
+        return Analyzer(code)
+    return None
 
 
 def is_sqlite_url(url: str) -> bool:

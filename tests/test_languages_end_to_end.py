@@ -258,3 +258,15 @@ def test_cli_index_language_auto_detects_each_file(tmp_path: Path, monkeypatch: 
     assert [d["metadata"]["source_uri"] for d in json.loads(found.stdout)["documents"]] == ["docs/a.txt"]
     hindi = cli("search", "पैंथर्स", "--store", "sqlite:///s.db", "--mode", "keyword", "--json")
     assert [d["metadata"]["source_uri"] for d in json.loads(hindi.stdout)["documents"]] == ["docs/c.txt"]
+
+
+def test_cli_search_warns_when_no_document_is_in_the_questions_language(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "ru.md").write_text("Кошки спят на диване весь день.\n", encoding="utf-8")
+    assert cli("index", "docs", "--language", "ru").exit_code == 0
+    other = cli("search", "Katzen schlafen", "--language", "de", "--mode", "keyword")
+    assert other.exit_code == 0
+    assert "analysed in ru, none in 'de'" in other.stderr
+    same = cli("search", "Кошки", "--language", "RU", "--mode", "keyword")
+    assert same.exit_code == 0 and "none in" not in same.stderr and "ru.md" in same.stdout

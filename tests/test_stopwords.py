@@ -96,3 +96,112 @@ async def test_eval_with_a_language_analyses_the_store_in_it(tmp_path: Path) -> 
 def test_an_analyzer_is_refused_for_a_store_whose_engine_analyses_text() -> None:
     with pytest.raises(ConfigurationError, match="analyse text in the engine"):
         open_store("opensearch://localhost:9200/docs", analyzer=Analyzer("ru"))
+
+
+async def test_a_store_opened_without_an_analyzer_keeps_the_analysis_it_was_built_with(tmp_path: Path) -> None:
+    path = str(tmp_path / "ru.db")
+    async with SQLiteVectorStore(path, analyzer=Analyzer("ru")) as store:
+        await store.upsert([Document(id="a", content="кот и в доме")])
+    async with SQLiteVectorStore(path) as store:  # what fastrag search and index do
+        assert store.analyzer.language == "ru" and store.analyzer.stopwords == Analyzer("ru").stopwords
+        assert await store.search_text("и в", k=1) == []  # only stopwords: no term left
+        assert [d.id for d in await store.search_text("кота", k=1)] == ["a"]
+    with pytest.raises(ConfigurationError, match="analyzer_language='ru', not 'en'"):
+        SQLiteVectorStore(path, analyzer=Analyzer())  # an explicit other analysis is still refused
+    plain = str(tmp_path / "plain.db")
+    async with SQLiteVectorStore(plain, analyzer=Analyzer("ru", stopwords=False)) as store:
+        await store.upsert([Document(id="a", content="кот и в доме")])
+    async with SQLiteVectorStore(plain) as store:  # kept as built: not re-analysed with stopwords
+        assert store.analyzer.stopwords == frozenset()
+        assert [d.id for d in await store.search_text("и", k=1)] == ["a"]
+
+
+def test_cli_search_and_index_open_a_store_built_by_eval_with_a_language(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fastrag.cli import main
+
+    folder = _beir(tmp_path)
+    url = f"sqlite:///{tmp_path}/ev.db"
+    runner = CliRunner()
+    built = runner.invoke(main, ["eval", str(folder), "--mode", "keyword", "--language", "ru", "--store", url, "--json"])
+    assert built.exit_code == 0, built.output
+    found = runner.invoke(main, ["search", "кот", "--store", url, "--mode", "keyword", "--json"])
+    assert found.exit_code == 0, found.output
+    assert [d["id"] for d in json.loads(found.stdout)["documents"]][:1] == ["short"]
+    (tmp_path / "more").mkdir()
+    (tmp_path / "more" / "a.txt").write_text("кот спит", encoding="utf-8")
+    indexed = runner.invoke(main, ["index", str(tmp_path / "more"), "--store", url])
+    assert indexed.exit_code == 0, indexed.output
+    english = f"sqlite:///{tmp_path}/en.db"  # built by fastrag index: English analysis, kept by eval
+    assert runner.invoke(main, ["index", str(tmp_path / "more"), "--store", english]).exit_code == 0
+    again = runner.invoke(main, ["eval", str(folder), "--mode", "keyword", "--language", "ru", "--store", english])
+    assert again.exit_code == 0, again.output
+
+
+def test_cli_index_with_a_language_builds_a_new_store_in_it(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fastrag.cli import main
+
+    (tmp_path / "ru").mkdir()
+    (tmp_path / "ru" / "long.txt").write_text("и и и и в в в кот", encoding="utf-8")
+    (tmp_path / "ru" / "short.txt").write_text("кот дом", encoding="utf-8")
+    runner = CliRunner()
+    url = f"sqlite:///{tmp_path}/ru.db"
+    assert runner.invoke(main, ["index", str(tmp_path / "ru"), "--store", url, "--language", "ru"]).exit_code == 0
+    found = runner.invoke(main, ["search", "что и в", "--store", url, "--mode", "keyword", "--json"])
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.stdout)["documents"] == []  # only Snowball stopwords: nothing to match
+    found = runner.invoke(main, ["search", "кот", "--store", url, "--mode", "keyword", "--json"])
+    # without its function words "long" is the shorter text
+    assert [Path(d["metadata"]["source_uri"]).name for d in json.loads(found.stdout)["documents"]] == [
+        "long.txt", "short.txt"]
+
+
+@pytest.mark.parametrize(("tag", "code"), [("RU", "ru"), ("rus", "ru"), ("ru-RU", "ru"), ("pt_BR", "pt"), ("iw", "he")])
+def test_language_tags_users_give_are_normalised(tag: str, code: str) -> None:
+    from fastrag.analysis import language_code
+
+    assert language_code(tag) == code
+
+
+@pytest.mark.parametrize("tag", ["xx", "zz", "und", "russian", "", " ", "x-foo", "1x"])
+def test_unregistered_language_codes_are_refused_everywhere_a_user_gives_one(tag: str, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fastrag.analysis import language_code
+    from fastrag.cli import main
+    from fastrag.errors import InvalidParameterError
+    from fastrag.ingestion import IngestionPipeline
+    from fastrag.retrieval import BM25Retriever
+    from fastrag.testing.fakes import HashingEmbedder
+
+    assert language_code(tag) is None
+    store = SQLiteVectorStore(":memory:")
+    with pytest.raises(InvalidParameterError, match="registered language code"):
+        BM25Retriever(store=store, language=tag)
+    with pytest.raises(InvalidParameterError, match="registered language code"):
+        IngestionPipeline(embedder=HashingEmbedder(), vector_store=store, language=tag)
+    with pytest.raises(InvalidParameterError):
+        Analyzer(tag)
+    (tmp_path / "a.txt").write_text("кот", encoding="utf-8")
+    for command in (["index", str(tmp_path), "--store", f"sqlite:///{tmp_path}/s.db"], ["search", "кот"]):
+        result = CliRunner().invoke(main, [*command, "--language", tag])
+        assert result.exit_code == 1 and "--language must be auto or a registered language code" in result.stderr
+
+
+async def test_store_search_text_refuses_an_unregistered_language() -> None:
+    from fastrag.errors import InvalidParameterError
+
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert([Document(id="a", content="кот")])
+        with pytest.raises(InvalidParameterError, match="registered language code"):
+            await store.search_text("кот", k=1, language="xx")
+        assert [d.id for d in await store.search_text("кот", k=1, language="RUS")] == ["a"]
+
+
+def test_analyzer_takes_a_tag_for_a_snowball_language() -> None:
+    assert Analyzer("RU").language == "ru" and Analyzer("pt-BR").language == "pt" and Analyzer("nb").language == "no"
+    with pytest.raises(Exception, match="needs no stemmer: give the store Analyzer\\(None\\)"):
+        Analyzer("zh")

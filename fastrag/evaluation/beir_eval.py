@@ -8,8 +8,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastrag.analysis import LANGUAGE_ALIASES, SNOWBALL_STOPWORD_LANGUAGES, Analyzer, primary_language
-from fastrag.config import Settings, analyses_text, build_retriever, open_embedder, open_reranker, open_stores
+from fastrag.analysis import language_code
+from fastrag.config import Settings, build_retriever, new_store_analyzer, open_embedder, open_reranker, open_stores
 from fastrag.errors import ConfigurationError, IngestionError
 from fastrag.evaluation.beir import BeirDataset, load_beir
 from fastrag.evaluation.metrics import evaluate
@@ -88,8 +88,8 @@ async def evaluate_beir(
         language: the dataset's language (ISO 639-1, e.g. ``"de"``): every document is indexed with
             ``metadata["language"]`` set to it and every query is analysed in it, so BM25 stems both
             sides with that language's Snowball stemmer; for a language with Snowball's stopword list
-            (:data:`~fastrag.analysis.SNOWBALL_STOPWORD_LANGUAGES`) the store (SQLite, PostgreSQL,
-            Qdrant) is created with that language's analysis, which drops them on both sides.
+            (:data:`~fastrag.analysis.SNOWBALL_STOPWORD_LANGUAGES`) a SQLite store created here analyses
+            in that language, which drops them on both sides (:func:`~fastrag.config.new_store_analyzer`).
             ``None``: the store's analysis (English).
         allow_missing: score even when documents the qrels judge relevant are missing from the corpus
             (:func:`missing_judged_documents`; they count as never retrieved), with a
@@ -113,8 +113,11 @@ async def evaluate_beir(
         raise ConfigurationError(f"unknown rerank {rerank!r}; expected one of {', '.join(RERANKERS)}")
     if rerank == "cross-encoder" and not rerank_model:
         raise ConfigurationError("rerank='cross-encoder' needs rerank_model: a local cross-encoder model folder")
-    if language is not None and primary_language(language) is None:
-        raise ConfigurationError(f"language must be a language code such as 'de', got {language!r}")
+    if language is not None:
+        code = language_code(language)
+        if code is None:
+            raise ConfigurationError(f"language must be a registered language code such as 'de', got {language!r}")
+        language = code
     dataset = load_beir(dataset_dir, split=split)
     missing = missing_judged_documents(dataset)
     if missing:
@@ -141,12 +144,7 @@ async def evaluate_beir(
     try:
         name = embedder.name if embedder is not None else None
         settings = Settings(store=store_url, lexical_store=lexical_store_url)
-        # a dataset in one language: the store's own analysis is that language's (with its stopwords)
-        code = primary_language(language)
-        code = LANGUAGE_ALIASES.get(code, code) if code else None
-        urls = [settings.store] + ([settings.lexical_store] if settings.lexical_store else [])
-        own = code in SNOWBALL_STOPWORD_LANGUAGES and all(analyses_text(url) for url in urls)
-        analyzer = Analyzer(code) if own else None
+        analyzer = new_store_analyzer(settings, language)  # a new SQLite store analyses in the dataset's language
         async with AsyncExitStack() as stack, open_stores(settings, embedding_model=name, analyzer=analyzer) as (
             store,
             lexical,

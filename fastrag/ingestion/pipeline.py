@@ -46,7 +46,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from fastrag.analysis import primary_language
+from fastrag.analysis import language_code
 from fastrag.errors import ConfigurationError, FastragError, IngestionError, InvalidParameterError, NoTextError
 from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
@@ -318,8 +318,11 @@ class IngestionPipeline:
     ) -> None:
         if language is not None and language_detector is not None:
             raise InvalidParameterError("give language= or language_detector=, not both")
-        if language is not None and primary_language(language) is None:
-            raise InvalidParameterError(f"language must be a language code such as 'de', got {language!r}")
+        if language is not None:
+            code = language_code(language)
+            if code is None:
+                raise InvalidParameterError(f"language must be a registered language code such as 'de', got {language!r}")
+            language = code  # stamped normalised: "RU", "rus" -> "ru"
         if language_detector is not None and not isinstance(language_detector, LanguageDetector):
             raise InvalidParameterError(f"language_detector has no detect() method: {language_detector!r}")
         self._language = language

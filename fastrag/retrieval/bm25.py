@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from fastrag.analysis import primary_language
+from fastrag.analysis import language_code
 from fastrag.errors import ConfigurationError, InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
@@ -75,8 +75,13 @@ class BM25Retriever(ReturnsResult):
                 "as store="
             )
         self.min_score = check_min_score(min_score)
-        if language is not None and primary_language(language) is None:
-            raise InvalidParameterError(f"language must be None or a language code such as 'de', got {language!r}")
+        if language is not None:
+            code = language_code(language)
+            if code is None:
+                raise InvalidParameterError(
+                    f"language must be None or a registered language code such as 'de', got {language!r}"
+                )
+            language = code
         if detector is not None and not isinstance(detector, LanguageDetector):
             raise InvalidParameterError(f"detector has no detect() method: {detector!r}")
         if (language is not None or detector is not None) and not _takes_language(store):

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 
-from fastrag.analysis import _CJK, Analyzer, primary_language
+from fastrag.analysis import _CJK, Analyzer, language_code, primary_language
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.language import ISO_639_1
@@ -526,8 +526,8 @@ def _normalised(raw: list[float | None]) -> list[float]:
 
 
 def _check_language(language: object) -> None:
-    if language is not None and primary_language(language) is None:
-        raise InvalidParameterError(f"language must be None or a language code such as 'de', got {language!r}")
+    if language is not None and language_code(language) is None:
+        raise InvalidParameterError(f"language must be None or a registered language code such as 'de', got {language!r}")
 
 
 def _page_key(doc: Document) -> str:

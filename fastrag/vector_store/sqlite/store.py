@@ -75,7 +75,7 @@ from typing import Any, TypeVar
 import anyio
 import numpy as np
 
-from fastrag.analysis import Analyzer, primary_language
+from fastrag.analysis import SNOWBALL_LANGUAGES, SNOWBALL_STOPWORD_LANGUAGES, Analyzer, language_code, primary_language
 from fastrag.deferred import rows_deferred
 from fastrag.errors import (
     BackendError,
@@ -159,8 +159,10 @@ class SQLiteVectorStore:
             A file remembers its dimension; reopening it with another raises.
         embedding_model: the name of the embedder whose vectors the store holds; recorded on first use,
             and reopening with a different name raises, so vectors of two models are never mixed.
-        analyzer: the BM25 text analysis (default: English stemming and stopwords, CJK bigrams). A file
-            remembers its analyzer's language; reopening it with another raises.
+        analyzer: the BM25 text analysis. A file remembers its analyzer's language; reopening it with
+            another raises. ``None`` (default): the analysis the file was built with (its language, and
+            whether Snowball's stopwords are dropped), English stemming and stopwords for a new file, so a
+            store built by ``fastrag eval --language ru`` opens as it was built.
         read_connections: how many read-only connections a file store may open for concurrent reads (an
             int > 0; default ``min(4, os.cpu_count())``). They are opened on demand, reused, and closed by
             :meth:`aclose`; the store holds at most this many plus its one writer connection. Ignored for
@@ -228,6 +230,7 @@ class SQLiteVectorStore:
             check_positive_int(read_connections, "read_connections")
         self.path = str(path)
         self.analyzer = analyzer or Analyzer()
+        self._adopt_analysis = analyzer is None
         self._private = self.path in _PRIVATE_PATHS
         self._max_readers = read_connections or min(4, os.cpu_count() or 1)
         self._lock = threading.Lock()  # the writer connection (and, for a private database, every call)
@@ -258,6 +261,8 @@ class SQLiteVectorStore:
         try:
             self.dimension: int | None = self._check_meta("dimension", dimension, int)
             self.embedding_model: str | None = self._check_meta("embedding_model", embedding_model, str)
+            if self._adopt_analysis:
+                self.analyzer = self._recorded_analyzer()
             self._check_meta("analyzer_language", self.analyzer.language or "none", str)
             self._per_language = self._language_analysis()
             self._check_analysis()
@@ -306,6 +311,21 @@ class SQLiteVectorStore:
         except _CORRUPT_DATA as exc:  # e.g. a damaged header decoded as text
             raise BackendUnavailableError(f"cannot open SQLite store {path}: {_corrupt(exc)}", store=path) from exc
         return conn
+
+    def _recorded_analyzer(self) -> Analyzer:
+        """The analyzer the file was built with (for ``analyzer=None``): its recorded language, with
+        Snowball's stopwords when its recorded signature names them; English for a new file."""
+        rows = dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN ('analyzer_language', 'analysis')"))
+        language = rows.get("analyzer_language")
+        if language is None or language == "en":
+            return self.analyzer
+        if language == "none":
+            return Analyzer(None)
+        if language not in SNOWBALL_LANGUAGES:
+            raise ConfigurationError(f"{self.path}: the store was built with analyzer_language={language!r}, which "
+                                     "this version of fastrag cannot analyse; use a new store")
+        stopwords = language not in SNOWBALL_STOPWORD_LANGUAGES or " stopwords=snowball" in rows.get("analysis", "")
+        return Analyzer(language, stopwords=stopwords)
 
     def _check_meta(self, key: str, wanted: Any, kind: type) -> Any:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -976,15 +996,16 @@ class SQLiteVectorStore:
 
         Raises:
             InvalidParameterError: ``k`` is not a positive int, ``query`` is not a string, or ``language``
-                is neither ``None`` nor a string.
+                is neither ``None`` nor a registered language code
+                (:func:`~fastrag.analysis.language_code`: ``"xx"`` and ``""`` are refused).
             FilterError: the filter is malformed.
             BackendError: SQLite failed.
         """
         check_k(k)
         if not isinstance(query, str):
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
-        if language is not None and not isinstance(language, str):
-            raise InvalidParameterError(f"language must be None or a language code, got {language!r}")
+        if language is not None and language_code(language) is None:
+            raise InvalidParameterError(f"language must be None or a registered language code such as 'de', got {language!r}")
         node = parse_filter(filter)
         # the question is analysed in the worker thread too: stemming stays off the event loop, and the
         # other branch of a hybrid can start meanwhile
