@@ -309,7 +309,8 @@ def open_store(  # noqa: ANN201
             a store that does not exist (a typo in a path or collection name) then fails to open with
             :class:`~fastrag.errors.BackendUnavailableError` instead of answering "no match".
         analyzer: the BM25 text analysis of a store that analyses text itself (SQLite, PostgreSQL,
-            Qdrant); ``None``: the store's default (English). Refused for the other stores.
+            Qdrant); ``None``: the store's default (a SQLite file: the analysis it was built with;
+            English for a new store). Refused for the other stores.
 
     Raises:
         ConfigurationError: unknown scheme, a missing extra, settings that differ from the store's, or an
