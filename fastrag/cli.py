@@ -132,6 +132,59 @@ def _embedder_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+_THRESHOLD_SETTINGS = ("min_score", "min_relative_score", "min_vector_score", "min_keyword_score")
+
+
+def _threshold_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the score-threshold options to a command; it receives them as one ``threshold_options`` dict
+    (settings overrides, ``None`` where not given). Put it right above the ``def``."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        options = {key: kwargs.pop(key) for key in _THRESHOLD_SETTINGS}
+        return command(*args, threshold_options=options, **kwargs)
+
+    decorators = [
+        click.option("--min-score", "min_score", type=float, metavar="SCORE",
+                     help="Drop results scoring below SCORE on the result list's own scale: BM25 in keyword mode, "
+                          "cosine (-1 to 1) in vector mode, the reranker's score with --rerank. Not in hybrid mode "
+                          "without --rerank (fused scores have no absolute scale): use --min-relative-score there "
+                          "(or FASTRAG_MIN_SCORE)."),
+        click.option("--min-relative-score", "min_relative_score", type=float, metavar="FRACTION",
+                     help="Hybrid: keep results scoring at least FRACTION (> 0, e.g. 0.5) of the question's best "
+                          "fused score (or FASTRAG_MIN_RELATIVE_SCORE)."),
+        click.option("--min-vector-score", "min_vector_score", type=float, metavar="COSINE",
+                     help="Drop dense (k-NN) hits whose cosine is below COSINE, before fusion in hybrid mode "
+                          "(or FASTRAG_MIN_VECTOR_SCORE)."),
+        click.option("--min-keyword-score", "min_keyword_score", type=float, metavar="BM25",
+                     help="Drop BM25 hits scoring below BM25, before fusion in hybrid mode "
+                          "(or FASTRAG_MIN_KEYWORD_SCORE)."),
+    ]
+    for decorator in reversed(decorators):
+        wrapper = decorator(wrapper)
+    return wrapper
+
+
+def _check_thresholds(settings: Settings, *, rerank: str) -> None:
+    """Refuse (exit 1, one line) a threshold the mode cannot apply, before any store is opened."""
+    from fastrag.config import _ENV
+    from fastrag.retrieval.thresholds import check_thresholds_fit
+
+    def said(name: str) -> str:
+        return f"{name}={getattr(settings, name)!r} (--{name.replace('_', '-')} or {_ENV[name]})"
+
+    try:
+        check_thresholds_fit(settings.mode, reranked=rerank != "none", said=said,
+                             **{name: getattr(settings, name) for name in _THRESHOLD_SETTINGS})  # fmt: skip
+    except FastragError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+
+
+def _thresholds_set(settings: Settings) -> dict[str, float]:
+    return {name: getattr(settings, name) for name in _THRESHOLD_SETTINGS if getattr(settings, name) is not None}
+
+
 def _embedder_kind(embedder: Any) -> str:
     return split_embedder_name(getattr(embedder, "name", None))[0] or "model2vec"
 
@@ -444,7 +497,11 @@ async def _open_retriever(
                     f"{embedder.name!r}; search it with the same model, or use --mode keyword"
                 )
         options = await _question_language(lexical or store, language) if settings.mode != "vector" else {}
-        retriever = build_retriever(settings.mode, store=store, embedder=embedder, lexical_store=lexical, **options)
+        # min_score cuts the final list: the reranker's when there is one, else the first stage's
+        thresholds = {name: getattr(settings, name) for name in _THRESHOLD_SETTINGS}
+        final_min_score = thresholds.pop("min_score") if rerank != "none" else None
+        retriever = build_retriever(settings.mode, store=store, embedder=embedder, lexical_store=lexical,
+                                    **options, **thresholds)  # fmt: skip
         retriever = PathFilterRetriever(
             retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None, path_filter=path_filter
         )
@@ -455,7 +512,8 @@ async def _open_retriever(
                 open_reranker(rerank, rerank_model, embedding_model=embedder.name if embedder is not None else
                               settings.embedding_model or store.embedding_model)
             )
-            retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=candidate_k)
+            retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=candidate_k,
+                                           min_score=final_min_score)  # fmt: skip
         yield retriever
 
 
@@ -487,18 +545,24 @@ async def _open_retriever(
               help="Skip this many results: the next page (--top-k 5 --offset 5 prints results 6 to 10).")
 @click.option("--group-by", "group_by",
               help="One result per value of this metadata key (source_uri, parent_id, ...), with its best chunk.")
+@_threshold_options
 @_embedder_options
 def search(query: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
            include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
            as_json: bool, lexical_store_url: str | None, rerank: str, rerank_model: str | None,
            candidate_k: int, model: str | None, language: str | None, offset: int, group_by: str | None,
-           embedder_options: dict[str, Any]) -> None:
-    """Search the index for QUERY and print the best documents."""
+           embedder_options: dict[str, Any], threshold_options: dict[str, Any]) -> None:
+    """Search the index for QUERY and print the best documents.
+
+    Score thresholds (--min-score, --min-relative-score, --min-vector-score, --min-keyword-score, or their
+    FASTRAG_* settings) may leave fewer than --top-k results, or none.
+    """
     from fastrag.filters import parse_filter
     from fastrag.retrieval.result import retrieve_result
 
     settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url,
-                          "embedding_model": model, **embedder_options})
+                          "embedding_model": model, **embedder_options, **threshold_options})
+    _check_thresholds(settings, rerank=rerank)
     _language_options(language, detect_all=False)  # a bad code is refused before the store is opened
 
     async def go() -> Any:
@@ -530,6 +594,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
         click.echo(json.dumps({"query": query, "mode": settings.mode, "rerank": rerank,
                                "zero_vector_branches": list(result.zero_vector_branches),
                                "skipped_branches": dict(result.skipped_branches),
+                               "thresholds": _thresholds_set(settings),
                                "documents": [d.to_dict() for d in hits], "incomplete": incomplete},
                               ensure_ascii=False, indent=2))
         return
@@ -538,6 +603,10 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
         if incomplete:
             click.echo(f"No document passed the path rules among those examined, but the search is incomplete: {why}. "
                        "Narrow it with a folder glob (--include-glob 'folder/**') or --filter.")
+        elif _thresholds_set(settings):
+            cuts = ", ".join(f"{k}={v:g}" for k, v in _thresholds_set(settings).items())
+            click.echo(f"No documents {'past the first ' + str(offset) + ' ' if offset else ''}matched at or above "
+                       f"the score thresholds ({cuts}).")
         else:
             click.echo(f"No documents past the first {offset}." if offset else "No documents matched.")
         return
@@ -571,11 +640,12 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @click.option("--llm-model", help="The model the endpoint serves (or FASTRAG_LLM_MODEL).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer, its status, citations and sources as JSON.")
 @click.option("--model", "model", help="The embedder's model (default: the one the store recorded).")
+@_threshold_options
 @_embedder_options
 def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
         lexical_store_url: str | None, rerank: str, rerank_model: str | None, candidate_k: int,
         llm_base_url: str | None, llm_model: str | None, as_json: bool, model: str | None,
-        embedder_options: dict[str, Any]) -> None:
+        embedder_options: dict[str, Any], threshold_options: dict[str, Any]) -> None:
     """Answer QUESTION with an LLM from the indexed documents, citing them as [n].
 
     Needs an OpenAI-compatible chat-completions endpoint (--llm-base-url and --llm-model, or
@@ -590,7 +660,8 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
 
     settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url,
                           "llm_base_url": llm_base_url, "llm_model": llm_model, "embedding_model": model,
-                          **embedder_options})
+                          **embedder_options, **threshold_options})
+    _check_thresholds(settings, rerank=rerank)
     if not settings.llm_base_url or not settings.llm_model:
         click.echo("error: `fastrag ask` needs an LLM endpoint: set --llm-base-url and --llm-model (or "
                    "FASTRAG_LLM_BASE_URL and FASTRAG_LLM_MODEL) to an OpenAI-compatible chat-completions server",
@@ -690,6 +761,10 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
         sys.exit(EXIT_INVALID)
     settings = _settings({"mode": mode, "embedding_model": model, "lexical_store": lexical_store_url,
                           "embedding_cache": embedding_cache, **embedder_options})
+    if _thresholds_set(settings):  # from FASTRAG_MIN_* or fastrag.toml: say so rather than drop them unsaid
+        cuts = ", ".join(f"{k}={v:g}" for k, v in _thresholds_set(settings).items())
+        click.echo(f"warning: eval ranks without score thresholds; the settings' {cuts} are not applied "
+                   "(the metrics measure the ranking)", err=True)
     if language == "auto":
         click.echo("error: --language for eval is the dataset's language code (e.g. de), not auto", err=True)
         sys.exit(EXIT_INVALID)

@@ -20,7 +20,17 @@ setting                       environment variable                  default
 ``lexical_store``             ``FASTRAG_LEXICAL_STORE``             none: BM25 runs on ``store``
 ``llm_base_url``              ``FASTRAG_LLM_BASE_URL``              none: ``fastrag ask`` needs an OpenAI-compatible endpoint
 ``llm_model``                 ``FASTRAG_LLM_MODEL``                 none: the model name the endpoint serves
+``min_score``                 ``FASTRAG_MIN_SCORE``                 none: keep results at least this score (keyword:
+                                                                    BM25; vector: cosine; reranked: the reranker's)
+``min_relative_score``        ``FASTRAG_MIN_RELATIVE_SCORE``        none: hybrid keeps results at least this fraction
+                                                                    of the query's best fused score
+``min_vector_score``          ``FASTRAG_MIN_VECTOR_SCORE``          none: the dense branch keeps hits at least this cosine
+``min_keyword_score``         ``FASTRAG_MIN_KEYWORD_SCORE``         none: the BM25 branch keeps hits at least this BM25
 ============================  ====================================  =================================================
+
+The four score thresholds are explained in :mod:`fastrag.retrieval.thresholds`: ``min_score`` is refused in
+hybrid mode without a reranker (fused scores have no absolute scale), ``min_relative_score`` outside hybrid,
+a branch threshold where its branch does not run (:func:`~fastrag.retrieval.thresholds.check_thresholds_fit`).
 
 API keys are read from the environment only, never from the TOML file: the LLM's from
 ``FASTRAG_LLM_API_KEY``, else ``OPENAI_API_KEY`` (a local server may need none); the embedder's from
@@ -28,7 +38,7 @@ API keys are read from the environment only, never from the TOML file: the LLM's
 
 The TOML file is ``fastrag.toml`` in the working directory (or ``FASTRAG_CONFIG``), with the same keys
 under a ``[fastrag]`` table; values are strings, except ``embedder_dimensions``, ``embedder_batch_size`` and
-``embedder_max_concurrency``, which may be integers.
+``embedder_max_concurrency``, which may be integers, and the score thresholds, which may be numbers.
 
 Store URLs:
 
@@ -123,6 +133,15 @@ class Settings:
     """An OpenAI-compatible chat-completions endpoint's base URL, e.g. ``http://localhost:8000/v1``."""
     llm_model: str | None = None
     """The model the LLM endpoint serves."""
+    min_score: float | None = None
+    """Drop results scoring below this, on the returned list's scale: BM25 (keyword mode), cosine in [-1, 1]
+    (vector mode), the reranker's score (with a reranker); refused for a fused list (hybrid)."""
+    min_relative_score: float | None = None
+    """Hybrid: keep fused results scoring at least this fraction (> 0) of the query's best fused score."""
+    min_vector_score: float | None = None
+    """Drop dense (k-NN) hits whose cosine is below this, before fusion in hybrid mode."""
+    min_keyword_score: float | None = None
+    """Drop BM25 hits scoring below this, before fusion in hybrid mode."""
 
 
 _SQLITE_PREFIX = "sqlite:///"
@@ -142,8 +161,13 @@ _ENV = {
     "lexical_store": "FASTRAG_LEXICAL_STORE",
     "llm_base_url": "FASTRAG_LLM_BASE_URL",
     "llm_model": "FASTRAG_LLM_MODEL",
+    "min_score": "FASTRAG_MIN_SCORE",
+    "min_relative_score": "FASTRAG_MIN_RELATIVE_SCORE",
+    "min_vector_score": "FASTRAG_MIN_VECTOR_SCORE",
+    "min_keyword_score": "FASTRAG_MIN_KEYWORD_SCORE",
 }
 _INT_SETTINGS = frozenset({"embedder_dimensions", "embedder_batch_size", "embedder_max_concurrency"})
+_FLOAT_SETTINGS = frozenset({"min_score", "min_relative_score", "min_vector_score", "min_keyword_score"})
 EMBEDDER_API_KEY_ENV = "FASTRAG_EMBEDDER_API_KEY"
 """The environment variable read first for an ``openai`` or ``cohere`` embedder's API key."""
 
@@ -159,7 +183,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
     Raises:
         ConfigurationError: the TOML file is invalid or unreadable, its ``[fastrag]`` table has unknown keys
             or non-string values, ``FASTRAG_CONFIG`` names a file that does not exist, an override names an
-            unknown setting, or the mode is unknown.
+            unknown setting, the mode is unknown, or a score threshold is not a finite number
+            (``min_relative_score``: > 0).
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
@@ -180,9 +205,12 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
         if unknown:
             raise ConfigurationError(f"{config_path}: unknown settings {sorted(unknown)}; known: {sorted(_ENV)}")
         for key, value in table.items():
-            allowed = isinstance(value, str) or (key in _INT_SETTINGS and isinstance(value, int) and not isinstance(value, bool))
+            number = (int, float) if key in _FLOAT_SETTINGS else int
+            allowed = isinstance(value, str) or (
+                key in _INT_SETTINGS | _FLOAT_SETTINGS and isinstance(value, number) and not isinstance(value, bool)
+            )
             if not allowed:
-                kind = "an integer" if key in _INT_SETTINGS else "a string"
+                kind = "an integer" if key in _INT_SETTINGS else "a number" if key in _FLOAT_SETTINGS else "a string"
                 raise ConfigurationError(f"{config_path}: {key} must be {kind}, got {value!r}")
         values.update(table)
     for key, var in _ENV.items():
@@ -195,6 +223,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
     values.update(given)
     for key in _INT_SETTINGS & set(values):
         values[key] = _positive_int(values[key], key, _ENV[key])
+    for key in _FLOAT_SETTINGS & set(values):
+        values[key] = _threshold(values[key], key, _ENV[key])
     settings = replace(Settings(), **values)
     if settings.mode not in MODES:
         raise ConfigurationError(f"unknown mode {settings.mode!r}; expected one of {', '.join(MODES)}")
@@ -212,6 +242,29 @@ def _positive_int(value: Any, key: str, var: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigurationError(f"{key} ({var}) must be a positive integer, got {value!r}")
     return value
+
+
+def _threshold(value: Any, key: str, var: str) -> float:
+    """A score threshold as a float, checked as the retrievers check it (no warning here: the retriever built
+    from it warns, where the command line shows it)."""
+    import warnings
+
+    from fastrag.retrieval.thresholds import check_min_relative_score, check_min_score
+
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ConfigurationError(f"{key} ({var}) must be a number, got {value!r}") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            checked = check_min_relative_score(value) if key == "min_relative_score" else check_min_score(value, name=key)
+        except InvalidParameterError as exc:
+            must = "a finite number > 0" if key == "min_relative_score" else "a finite number"
+            raise ConfigurationError(f"{key} ({var}) must be {must}, got {value!r}") from exc
+    assert checked is not None
+    return checked
 
 
 def sqlite_path(url: str) -> str:
@@ -537,6 +590,10 @@ def build_retriever(  # noqa: ANN201
     candidate_k: int | None = None,
     language: str | None = None,
     detector: Any | None = None,
+    min_score: float | None = None,
+    min_relative_score: float | None = None,
+    min_vector_score: float | None = None,
+    min_keyword_score: float | None = None,
 ):
     """The retriever for ``mode``: dense k-NN on ``store``, BM25 on ``lexical_store`` (default ``store``).
 
@@ -553,26 +610,43 @@ def build_retriever(  # noqa: ANN201
         candidate_k: per-branch candidates for hybrid (default: the HybridRetriever default).
         language: the questions' language for the BM25 branch (``BM25Retriever(language=...)``).
         detector: a language detector for the BM25 branch (``BM25Retriever(detector=...)``).
+        min_score: drop results scoring below this on the returned list's scale: BM25 (keyword), cosine
+            (vector); refused in hybrid (fused scores have no absolute scale). With a reranker on top, give
+            it to :class:`~fastrag.retrieval.reranking.RerankingRetriever` instead.
+        min_relative_score: hybrid: keep fused results scoring at least this fraction of the query's best.
+        min_vector_score: the dense branch's cosine threshold (hybrid or vector).
+        min_keyword_score: the BM25 branch's threshold (hybrid or keyword).
 
     Raises:
-        ConfigurationError: unknown mode, no embedder for a mode that needs one, or a mode that needs BM25
-            over a store that has none (configure ``lexical_store``).
+        ConfigurationError: unknown mode, no embedder for a mode that needs one, a mode that needs BM25
+            over a store that has none (configure ``lexical_store``), or a threshold the mode cannot apply
+            or that is not a finite number (see :func:`~fastrag.retrieval.thresholds.check_thresholds_fit`).
     """
     from fastrag.retrieval.bm25 import BM25Retriever
     from fastrag.retrieval.hybrid import HybridRetriever
+    from fastrag.retrieval.thresholds import check_thresholds_fit, strictest
     from fastrag.retrieval.vector import VectorRetriever
 
     if mode not in MODES:
         raise ConfigurationError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    try:
+        check_thresholds_fit(mode, min_score=min_score, min_relative_score=min_relative_score,
+                             min_vector_score=min_vector_score, min_keyword_score=min_keyword_score)  # fmt: skip
+    except InvalidParameterError as exc:
+        raise ConfigurationError(str(exc)) from exc
     lexical = store if lexical_store is None else lexical_store
     if mode != "vector" and not callable(getattr(lexical, "search_text", None)):
         raise ConfigurationError(
             f"mode {mode!r} needs BM25, which {lexical!r} does not have; configure a lexical store "
             "(FASTRAG_LEXICAL_STORE or --lexical-store, e.g. sqlite:///.fastrag/bm25.db)"
         )
+    # in vector or keyword mode min_score and the branch's own threshold cut the same list: both hold
+    single = min_score if mode != "hybrid" else None
+
     def bm25() -> BM25Retriever:
         try:
-            return BM25Retriever(store=lexical, language=language, detector=detector)
+            return BM25Retriever(store=lexical, language=language, detector=detector,
+                                 min_score=strictest(single, min_keyword_score))  # fmt: skip
         except InvalidParameterError as exc:
             raise ConfigurationError(str(exc)) from exc
 
@@ -580,11 +654,14 @@ def build_retriever(  # noqa: ANN201
         return bm25()
     if embedder is None:
         raise ConfigurationError(f"mode {mode!r} needs an embedder")
-    vector = VectorRetriever(vector_store=store, embedder=embedder)
+    try:
+        vector = VectorRetriever(vector_store=store, embedder=embedder, min_score=strictest(single, min_vector_score))
+    except InvalidParameterError as exc:
+        raise ConfigurationError(str(exc)) from exc
     if mode == "vector":
         return vector
-    kwargs = {} if candidate_k is None else {"candidate_k": candidate_k}
+    kwargs: dict[str, Any] = {} if candidate_k is None else {"candidate_k": candidate_k}
     try:
-        return HybridRetriever([vector, bm25()], **kwargs)
+        return HybridRetriever([vector, bm25()], min_relative_score=min_relative_score, **kwargs)
     except InvalidParameterError as exc:
         raise ConfigurationError(str(exc)) from exc

@@ -631,7 +631,8 @@ class KnowledgeBase:
         ``fields`` (``{name: type}``), ``require_scope``, ``on_branch_error``, and every :class:`SearchSettings` field
         (``search_mode``, ``vector_weight``, ``keyword_weight``, ``fusion``, ``rank_constant``,
         ``rerank``, ``rerank_model``, ``retrieval_k``, ``top_k``, ``auto_direct_max``,
-        ``auto_rerank_min``). Relative paths are relative to the working directory.
+        ``auto_rerank_min``, ``group_by``, ``group_score``, and the score thresholds ``min_score``,
+        ``min_relative_score``, ``min_vector_score``, ``min_keyword_score``). Relative paths are relative to the working directory.
 
         Raises:
             ConfigurationError: an unknown key (the message lists the known ones), a value of the wrong type,
@@ -1156,6 +1157,10 @@ class KnowledgeBase:
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
         group_by: str | None = None,
+        min_score: float | None = None,
+        min_relative_score: float | None = None,
+        min_vector_score: float | None = None,
+        min_keyword_score: float | None = None,
     ) -> KnowledgeBaseTool:
         """A function-calling tool over :meth:`search` (see :class:`~fastrag.tool.KnowledgeBaseTool`).
 
@@ -1172,17 +1177,26 @@ class KnowledgeBase:
             scope: see ``user_id``.
             group_by: one result per value of this metadata key (``"source_uri"``), each listing the
                 group's other matching passages under ``"more"``; ``None`` inherits.
+            min_score: every call's score threshold on the result list's own scale (see
+                :class:`SearchSettings`; refused where the tool's searches fuse without reranking); likewise
+                ``min_relative_score`` (hybrid), ``min_vector_score`` and ``min_keyword_score`` (a branch's
+                own cut). ``None`` inherits. The model sees none of them.
+            min_relative_score: see ``min_score``.
+            min_vector_score: see ``min_score``.
+            min_keyword_score: see ``min_score``.
 
         The schema offers ``offset`` too: the model reads the next page by skipping what it has read.
 
         Raises:
             InvalidParameterError: an invalid name, mode, ``top_k``/``max_top_k`` (``max_top_k`` above what
-                reranking can serve), ``group_by``, or scope; no scope on a knowledge base with
-                ``require_scope``.
+                reranking can serve), ``group_by``, scope, or score threshold (one the mode cannot apply
+                included); no scope on a knowledge base with ``require_scope``.
         """
         return KnowledgeBaseTool.for_knowledge_base(
             self, name=name, description=description, search_mode=search_mode, top_k=top_k,
             max_top_k=max_top_k, scope=_scope_of(user_id, agent_id, scope), group_by=group_by,
+            min_score=min_score, min_relative_score=min_relative_score, min_vector_score=min_vector_score,
+            min_keyword_score=min_keyword_score,
         )  # fmt: skip
 
     # ---------------------------------------------------------------------------------- planning
@@ -1229,13 +1243,15 @@ class KnowledgeBase:
             raise ConfigurationError(
                 f"search_mode {mode!r} needs BM25, which {self._lexical!r} does not have; configure a lexical_store"
             )
-        retriever = self._first_stage(mode, settings, vector_view, lexical_view, candidate_k=candidate_k)
+        retriever = self._first_stage(mode, settings, vector_view, lexical_view, candidate_k=candidate_k,
+                                      final_min_score=None if rerank else settings.min_score)  # fmt: skip
         strategy = mode
         if rerank:
             from fastrag.retrieval.reranking import RerankingRetriever
 
             reranker = await self._reranker(settings.rerank_model)
-            retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=settings.retrieval_k)
+            retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=settings.retrieval_k,
+                                           min_score=settings.min_score)  # fmt: skip
             strategy = f"{mode}+rerank"
         if settings.group_by is not None:
             from fastrag.retrieval.grouping import GroupingRetriever
@@ -1247,29 +1263,36 @@ class KnowledgeBase:
                      filter=node, scope_filter=scope_filter)  # fmt: skip
 
     def _first_stage(
-        self, mode: str, settings: ResolvedSearchSettings, vector: Any, lexical: Any, *, candidate_k: int
+        self, mode: str, settings: ResolvedSearchSettings, vector: Any, lexical: Any, *, candidate_k: int,
+        final_min_score: float | None = None,
     ) -> Any:
         """The first stage for ``mode``; ``"hybrid"`` and ``"direct"`` are the same fusion, ``"direct"`` with
-        ``candidate_k`` = the corpus size (so each branch returns every chunk it matches)."""
+        ``candidate_k`` = the corpus size (so each branch returns every chunk it matches). Each branch cuts at
+        its own threshold (``min_vector_score``, ``min_keyword_score``); a single-branch mode also at
+        ``final_min_score`` (``min_score`` when no reranker follows); fusion at ``min_relative_score``."""
         from fastrag.retrieval.bm25 import BM25Retriever
         from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
         from fastrag.retrieval.hybrid import HybridRetriever
+        from fastrag.retrieval.thresholds import strictest
         from fastrag.retrieval.vector import VectorRetriever
 
+        min_vector = settings.min_vector_score
+        min_keyword = settings.min_keyword_score
         if mode == "vector":
-            return VectorRetriever(vector_store=vector, embedder=self._embedder)
+            return VectorRetriever(vector_store=vector, embedder=self._embedder,
+                                   min_score=strictest(final_min_score, min_vector))  # fmt: skip
         if mode == "keyword":
-            return BM25Retriever(store=lexical)
+            return BM25Retriever(store=lexical, min_score=strictest(final_min_score, min_keyword))
         weights = {"vector": float(settings.vector_weight), "bm25": float(settings.keyword_weight)}
         fusion: Any
         if settings.fusion == "rrf":
             fusion = ReciprocalRankFusion(rank_constant=settings.rank_constant, weights=weights)
         else:
             fusion = WeightedScoreFusion(weights, normalization="min_max")
-        branches = {"vector": VectorRetriever(vector_store=vector, embedder=self._embedder),
-                    "bm25": BM25Retriever(store=lexical)}  # fmt: skip
-        return HybridRetriever(branches, fusion=fusion, candidate_k=candidate_k,
-                               on_branch_error=self.on_branch_error)  # type: ignore[arg-type]
+        branches = {"vector": VectorRetriever(vector_store=vector, embedder=self._embedder, min_score=min_vector),
+                    "bm25": BM25Retriever(store=lexical, min_score=min_keyword)}  # fmt: skip
+        return HybridRetriever(branches, fusion=fusion, candidate_k=candidate_k, on_branch_error=self.on_branch_error,  # type: ignore[arg-type]
+                               min_relative_score=settings.min_relative_score)  # fmt: skip
 
     async def _reranker(self, spec: Any) -> Reranker:
         if not isinstance(spec, str):

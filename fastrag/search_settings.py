@@ -9,6 +9,7 @@ imports the other. Every name here is also importable from :mod:`fastrag.knowled
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields as dataclass_fields
 from types import MappingProxyType
@@ -16,6 +17,12 @@ from typing import Any, Literal, TypeAlias
 
 from fastrag.errors import InvalidParameterError, UnknownParameterError
 from fastrag.retrieval.limits import MAX_K
+from fastrag.retrieval.thresholds import (
+    THRESHOLD_SETTINGS,
+    check_min_relative_score,
+    check_min_score,
+    check_thresholds_fit,
+)
 
 __all__ = [
     "AUTO_DIRECT_MAX",
@@ -125,6 +132,18 @@ class SearchSettings:
     (:class:`~fastrag.retrieval.grouping.GroupingRetriever`); unset (the default): one result per chunk."""
     group_score: str | None = None
     """With ``group_by``: ``"max"`` (a group scores as its best chunk; the default) or ``"sum"``."""
+    min_score: float | None = None
+    """Drop results scoring below this, on the result list's own scale: cosine in [-1, 1] (``"vector"``),
+    BM25 (``"keyword"``), the reranker's score (with ``rerank``); refused for a fused list (``"hybrid"``,
+    ``"auto"`` without ``rerank``): fused scores have no absolute scale (:mod:`fastrag.retrieval.thresholds`).
+    Unset (the default): no threshold."""
+    min_relative_score: float | None = None
+    """``"hybrid"``, ``"auto"``: keep fused results scoring at least this fraction (> 0; above 1 warns, as
+    nothing can reach it) of the query's best fused score."""
+    min_vector_score: float | None = None
+    """Drop dense (k-NN) hits whose cosine is below this; in a hybrid, before fusion."""
+    min_keyword_score: float | None = None
+    """Drop BM25 hits scoring below this; in a hybrid, before fusion."""
 
     def __post_init__(self) -> None:
         if self.search_mode is not None and self.search_mode not in SEARCH_MODES:
@@ -162,6 +181,11 @@ class SearchSettings:
                 raise InvalidParameterError(
                     f"rerank_model must be a reranker spec (str) or an object with rerank(), got {model!r}"
                 )
+        with warnings.catch_warnings():  # the retriever built from it warns, at search time
+            warnings.simplefilter("ignore", UserWarning)
+            for name in ("min_score", "min_vector_score", "min_keyword_score"):
+                check_min_score(getattr(self, name), name=name)
+            check_min_relative_score(self.min_relative_score)
         for name, low in (("retrieval_k", 1), ("top_k", 1), ("auto_direct_max", 0), ("auto_rerank_min", 1)):
             value = getattr(self, name)
             if value is None:
@@ -242,6 +266,10 @@ class ResolvedSearchSettings:
     auto_rerank_min: int
     group_by: str | None = None
     group_score: str = "max"
+    min_score: float | None = None
+    min_relative_score: float | None = None
+    min_vector_score: float | None = None
+    min_keyword_score: float | None = None
     origins: Mapping[str, Origin] = field(default_factory=lambda: MappingProxyType({}))
 
     def origin(self, name: str) -> Origin:
@@ -279,7 +307,10 @@ def resolve_settings(
     * ``auto_rerank_min`` is greater than ``auto_direct_max``;
     * with ``rerank`` true: a ``rerank_model`` is set, and ``retrieval_k >= top_k`` (reranking fewer
       candidates than are returned is a mistake). When ``retrieval_k`` comes from the defaults it is
-      raised to ``top_k`` instead.
+      raised to ``top_k`` instead;
+    * the score thresholds fit the mode (:func:`~fastrag.retrieval.thresholds.check_thresholds_fit`):
+      ``min_score`` not on a fused list (``"hybrid"``, ``"auto"``) unless ``rerank`` is true,
+      ``min_relative_score`` only where lists are fused, a branch threshold only where its branch runs.
 
     Args:
         request: the call's settings.
@@ -305,7 +336,7 @@ def resolve_settings(
                 values[f.name], origins[f.name] = value, origin
                 break
         else:
-            if f.name not in ("rerank_model", "group_by"):
+            if f.name not in _MAY_BE_UNSET:
                 raise InvalidParameterError(f"defaults leave {f.name!r} unset")
             values[f.name], origins[f.name] = None, "default"
     lexical_share = _measured_lexical_weight(embedder_name)
@@ -336,7 +367,13 @@ def resolve_settings(
                     f"reranking needs retrieval_k >= top_k: {said('retrieval_k')}, {said('top_k')}"
                 )
             values["retrieval_k"] = values["top_k"]
+    check_thresholds_fit(values["search_mode"], reranked=bool(values["rerank"]), said=said,
+                         **{name: values[name] for name in THRESHOLD_SETTINGS})  # fmt: skip
     return ResolvedSearchSettings(**values, origins=MappingProxyType(origins))
+
+
+_MAY_BE_UNSET = frozenset({"rerank_model", "group_by", "min_score", "min_relative_score", "min_vector_score",
+                           "min_keyword_score"})  # fmt: skip
 
 
 def _measured_lexical_weight(embedder_name: str | None) -> float | None:

@@ -154,6 +154,9 @@ class KnowledgeBaseTool:
         group_by: one result per value of this metadata key (``"source_uri"``, ``"parent_id"``), each
             carrying the group's other matching passages under ``"more"``; ``None``: the knowledge base's.
         max_offset: the largest ``offset`` (results skipped, for the next page) a call may give.
+        thresholds: the score thresholds every call applies (``{"min_score": 0.3}``, ...; see
+            :class:`~fastrag.search_settings.SearchSettings`), set by the developer and not visible to the
+            model; ``{}``: the knowledge base's.
         scope: the tenant every call is confined to (``{}``: none); not visible to the model.
         hidden_keys: metadata keys the tool neither offers nor accepts in a filter: fastrag's internal keys
             (``content_hash``, ``chunker``, ``chunk_index``, ``parent_id``, ``section_index``,
@@ -168,6 +171,7 @@ class KnowledgeBaseTool:
     scope: Mapping[str, str | int]
     group_by: str | None = None
     max_offset: int = 0
+    thresholds: Mapping[str, float] = field(default_factory=dict)
     hidden_keys: frozenset[str] = field(repr=False, default=frozenset())
     knowledge_base: KnowledgeBase = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     _schema: str = field(repr=False, compare=False, default="{}")
@@ -184,6 +188,10 @@ class KnowledgeBaseTool:
         max_top_k: int | None = None,
         scope: Mapping[str, str | int] | None = None,
         group_by: str | None = None,
+        min_score: float | None = None,
+        min_relative_score: float | None = None,
+        min_vector_score: float | None = None,
+        min_keyword_score: float | None = None,
     ) -> KnowledgeBaseTool:
         """The tool for ``knowledge_base`` (what :meth:`~fastrag.knowledge_base.KnowledgeBase.as_tool` returns).
 
@@ -198,13 +206,17 @@ class KnowledgeBaseTool:
                 non-empty string; an unknown ``search_mode``; ``max_top_k`` not an int in [1, 10,000] or
                 larger than the knowledge base can serve (see above); ``top_k`` not an int in [1,
                 ``max_top_k``]; no ``scope`` on a knowledge base with ``require_scope`` (every call would
-                fail); ``group_by`` not a non-empty string.
+                fail); ``group_by`` not a non-empty string; a score threshold that is not a finite number
+                (``min_relative_score``: > 0) or that the mode cannot apply (``min_score`` on a fused list,
+                see :func:`~fastrag.retrieval.thresholds.check_thresholds_fit`).
         """
         if not isinstance(name, str) or not re.match(TOOL_NAME_PATTERN, name):
             raise InvalidParameterError(f"tool name must match {TOOL_NAME_PATTERN}, got {name!r}")
         if description is not None and (not isinstance(description, str) or not description.strip()):
             raise InvalidParameterError(f"description must be a non-empty string, got {description!r}")
-        SearchSettings(search_mode=search_mode, group_by=group_by)  # validates the mode and the key
+        thresholds = {k: v for k, v in (("min_score", min_score), ("min_relative_score", min_relative_score),
+                      ("min_vector_score", min_vector_score), ("min_keyword_score", min_keyword_score)) if v is not None}  # fmt: skip
+        SearchSettings(search_mode=search_mode, group_by=group_by, **thresholds)  # validates the mode, key, thresholds
         scope = dict(scope or {})
         if knowledge_base.require_scope and not scope:
             raise InvalidParameterError(
@@ -212,7 +224,8 @@ class KnowledgeBaseTool:
                 "or scope=)"
             )
         servable, why = MAX_K, ""
-        resolved = knowledge_base.resolve(**({} if search_mode is None else {"search_mode": search_mode}))
+        # the thresholds must fit the mode the calls will resolve to (checked now, not at the model's first call)
+        resolved = knowledge_base.resolve(**({} if search_mode is None else {"search_mode": search_mode}), **thresholds)
         if resolved.rerank and resolved.origin("retrieval_k") != "default":
             servable = resolved.retrieval_k
             why = f" (the knowledge base reranks retrieval_k={servable} candidates)"
@@ -289,6 +302,7 @@ class KnowledgeBaseTool:
             scope=scope,
             group_by=group_by,
             max_offset=max_offset,
+            thresholds=thresholds,
             hidden_keys=hidden,
             knowledge_base=knowledge_base,
             _schema=json.dumps(schema),
@@ -395,6 +409,7 @@ class KnowledgeBaseTool:
             settings["top_k"] = top_k if top_k is not None else self.top_k
         if self.group_by is not None:
             settings["group_by"] = self.group_by
+        settings.update(self.thresholds)
         docs = await self.knowledge_base.search(
             query, filter=filter_, scope=dict(self.scope) or None, offset=offset, **settings
         )

@@ -21,7 +21,8 @@ from fastrag.cli import main
 
 _NO_FASTRAG_ENV = {"FASTRAG_STORE": None, "FASTRAG_MODE": None, "FASTRAG_EMBEDDING_MODEL": None, "FASTRAG_CONFIG": None,
                    "FASTRAG_LEXICAL_STORE": None, "FASTRAG_LLM_BASE_URL": None, "FASTRAG_LLM_MODEL": None,
-                   "FASTRAG_LLM_API_KEY": None}
+                   "FASTRAG_LLM_API_KEY": None, "FASTRAG_MIN_SCORE": None, "FASTRAG_MIN_RELATIVE_SCORE": None,
+                   "FASTRAG_MIN_VECTOR_SCORE": None, "FASTRAG_MIN_KEYWORD_SCORE": None}
 
 # A small tree: every file says "Field report", and each has words no other file has.
 FILES = {
@@ -304,9 +305,9 @@ def test_vector_mode_finds_a_file_by_meaning_without_a_shared_word(in_index: Pat
 
 def test_search_json_has_the_documented_shape(in_index: Path) -> None:
     payload = search_json("field report", "--mode", "keyword", "--top-k", "3")
-    assert set(payload) == {"query", "mode", "rerank", "zero_vector_branches", "skipped_branches", "documents",
-                            "incomplete"}
-    assert payload["incomplete"] == {} and payload["skipped_branches"] == {}
+    assert set(payload) == {"query", "mode", "rerank", "zero_vector_branches", "skipped_branches", "thresholds",
+                            "documents", "incomplete"}
+    assert payload["incomplete"] == {} and payload["skipped_branches"] == {} and payload["thresholds"] == {}
     assert payload["zero_vector_branches"] == []
     assert payload["query"] == "field report" and payload["mode"] == "keyword" and payload["rerank"] == "none"
     docs = payload["documents"]

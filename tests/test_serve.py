@@ -512,3 +512,40 @@ def test_the_docker_compose_configuration_parses() -> None:
     config = load_config(ROOT / "deploy" / "knowledge_bases.toml")
     assert set(config.knowledge_bases) == {"docs"}
     KnowledgeBase.from_config(config.knowledge_bases["docs"])  # valid, not opened
+
+
+async def test_score_thresholds_in_a_request_cut_the_results_and_are_reported(api: Served) -> None:
+    await api.add()
+    query = "bicycle repair spokes"
+    everything = (await api.retrieve(query=query, search_mode="keyword", top_k=10)).json()["results"]
+    assert [r["chunk_id"] for r in everything] == ["bike-1", "bike-2"]  # BM25: only the bicycle chunks match
+    cut = (everything[0]["score"] + everything[1]["score"]) / 2
+    kept = await api.retrieve(query=query, search_mode="keyword", top_k=10, min_score=cut)
+    assert kept.status_code == 200, kept.text
+    assert [r["chunk_id"] for r in kept.json()["results"]] == ["bike-1"] and kept.json()["knowledge_base"] == "docs"
+    assert kept.json()["settings"]["min_score"] == {"value": cut, "origin": "request"}
+    assert (await api.retrieve(query=query)).json()["settings"]["min_score"] == {"value": None, "origin": "default"}
+    fused = (await api.retrieve(query=query, top_k=10)).json()["results"]
+    relative = (await api.retrieve(query=query, top_k=10, min_relative_score=0.5)).json()["results"]
+    expected = [r["chunk_id"] for r in fused if r["score"] >= 0.5 * fused[0]["score"]]
+    assert [r["chunk_id"] for r in relative] == expected and 1 <= len(expected) < len(fused)
+    branch = (await api.retrieve(query=query, top_k=10, min_keyword_score=cut, min_vector_score=1.0)).json()["results"]
+    assert [r["chunk_id"] for r in branch] == ["bike-1"]  # no cosine reaches 1.0: only BM25's best is fused
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        ({"min_score": 0.5}, "min_score", "min_relative_score"),  # the knowledge base searches hybrid
+        ({"search_mode": "keyword", "min_relative_score": 0.5}, "min_relative_score", "no fusion"),
+        ({"min_relative_score": 0}, "min_relative_score", "greater than 0"),
+        ({"search_mode": "keyword", "min_score": "high"}, "min_score", "valid number"),
+    ],
+)
+async def test_a_threshold_that_cannot_apply_is_a_422_naming_it(api: Served, body: dict[str, Any], field: str,
+                                                                says: str) -> None:  # fmt: skip
+    response = await api.retrieve(query="bicycle", **body)
+    assert response.status_code == 422, response.text
+    payload = response.json()
+    assert any(field in [str(p) for p in d["loc"]] for d in payload["detail"]), payload
+    assert says in payload["message"] + json.dumps(payload["detail"])

@@ -21,6 +21,16 @@ Three kinds of score, three rules:
 The documents kept are those whose score is at least the threshold; a document without a finite score
 cannot be shown to pass and is dropped. Lists are best first, so what is kept is a prefix: ranks stay
 ``0..n-1``. Fewer than ``k`` documents (or none) may come back.
+
+Where retrieval is configured by settings (``fastrag search``, :mod:`fastrag.config`,
+:class:`~fastrag.knowledge_base.KnowledgeBase`, ``fastrag serve``) the thresholds are four settings, checked
+against the mode by :func:`check_thresholds_fit`:
+
+* ``min_score``: the returned list's own scale: BM25 in keyword mode, cosine in vector mode, the reranker's
+  score when a reranker runs; refused where the list is fused (hybrid without a reranker);
+* ``min_relative_score``: a fraction of the best fused score, so hybrid only;
+* ``min_vector_score`` and ``min_keyword_score``: the dense (cosine) and BM25 branch's own cut, wherever that
+  branch runs (in hybrid before fusion; in vector or keyword mode on that one list).
 """
 
 from __future__ import annotations
@@ -33,7 +43,18 @@ from typing import Any
 from fastrag.errors import InvalidParameterError
 from fastrag.models import Document
 
-__all__ = ["check_min_relative_score", "check_min_score", "keep_above", "keep_relative"]
+__all__ = [
+    "THRESHOLD_SETTINGS",
+    "check_min_relative_score",
+    "check_min_score",
+    "check_thresholds_fit",
+    "keep_above",
+    "keep_relative",
+    "strictest",
+]
+
+THRESHOLD_SETTINGS: tuple[str, ...] = ("min_score", "min_relative_score", "min_vector_score", "min_keyword_score")
+"""The threshold settings, by name (see the module docstring and :func:`check_thresholds_fit`)."""
 
 
 def check_min_score(value: Any, *, name: str = "min_score", maximum: float | None = None, scale: str = "") -> float | None:
@@ -73,6 +94,68 @@ def check_min_relative_score(value: Any) -> float | None:
             stacklevel=3,
         )
     return float(value)
+
+
+def check_thresholds_fit(
+    mode: str,
+    *,
+    reranked: bool = False,
+    min_score: float | None = None,
+    min_relative_score: float | None = None,
+    min_vector_score: float | None = None,
+    min_keyword_score: float | None = None,
+    said: Any = None,
+) -> None:
+    """Refuse a threshold the mode gives no score to cut.
+
+    Args:
+        mode: ``"vector"``, ``"keyword"``, or a fused mode (``"hybrid"``, and a knowledge base's ``"direct"``
+            and ``"auto"``).
+        reranked: a reranker ranks the final list (its scores are what ``min_score`` cuts).
+        min_score: the final list's own scale: refused on a fused list (``mode`` fused and not ``reranked``).
+        min_relative_score: a fraction of the best fused score: refused in vector and keyword mode.
+        min_vector_score: the dense branch's cosine: refused in keyword mode (no dense branch runs).
+        min_keyword_score: the BM25 branch's score: refused in vector mode (no BM25 runs).
+        said: ``said(name) -> str``, how the message names a setting (its value, where it came from, its
+            command-line option); default: ``name=value``.
+
+    Raises:
+        InvalidParameterError: a threshold set where the mode has nothing it could cut (the message says what
+            to set instead).
+    """
+    values = {
+        "min_score": min_score,
+        "min_relative_score": min_relative_score,
+        "min_vector_score": min_vector_score,
+        "min_keyword_score": min_keyword_score,
+    }
+    name = said or (lambda n: f"{n}={values[n]!r}")
+    fused = mode not in ("vector", "keyword")
+    if min_score is not None and fused and not reranked:
+        raise InvalidParameterError(
+            f"{name('min_score')} cannot apply in {mode} mode: fused scores are not on one absolute scale (a "
+            "fused score says where a document stands among this query's candidates, not how relevant it is). "
+            "Use min_relative_score (--min-relative-score) to keep documents scoring at least a fraction of "
+            "the query's best, min_vector_score / min_keyword_score (--min-vector-score / --min-keyword-score) "
+            "to cut a branch on its own scale before fusion, or rerank and min_score cuts the reranker's score"
+        )
+    if min_relative_score is not None and not fused:
+        raise InvalidParameterError(
+            f"{name('min_relative_score')} cuts hybrid's fused scores; {mode} mode has no fusion: use min_score "
+            f"(--min-score) on the {'BM25' if mode == 'keyword' else 'cosine'} scale"
+        )
+    for key, missing in (("min_vector_score", "keyword"), ("min_keyword_score", "vector")):
+        if values[key] is not None and mode == missing:
+            branch = "dense (vector)" if key == "min_vector_score" else "BM25 (keyword)"
+            raise InvalidParameterError(
+                f"{name(key)} cuts the {branch} branch, which {mode} mode does not run; use min_score (--min-score)"
+            )
+
+
+def strictest(*thresholds: float | None) -> float | None:
+    """The highest of the thresholds that are set (two cuts of one list keep what passes both), or ``None``."""
+    given = [t for t in thresholds if t is not None]
+    return max(given) if given else None
 
 
 def keep_above(documents: Sequence[Document], min_score: float | None) -> list[Document]:

@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastrag.errors import BackendError, ConfigurationError, EmbeddingError, FilterError, InvalidParameterError
 from fastrag.knowledge_base import KnowledgeBase, SearchResponse
 from fastrag.models import PARENT_ID, RANK, SCORE, Document
+from fastrag.retrieval.thresholds import THRESHOLD_SETTINGS
 from fastrag.serve.config import ServeConfig, ServeLimits, TokenBinding
 from fastrag.serve.errors import ServeError, failure, field_of, invalid, store_of
 from fastrag.serve.schemas import (
@@ -349,6 +350,9 @@ def create_app(
         if body.rerank is not None:
             r = body.rerank
             settings.update({k: v for k, v in (("rerank", r.enabled), ("retrieval_k", r.retrieval_k)) if v is not None})
+        for threshold in THRESHOLD_SETTINGS:
+            if getattr(body, threshold) is not None:
+                settings[threshold] = getattr(body, threshold)
         scope = tenant(body, binding)
         try:
             with anyio.fail_after(limits.request_timeout):

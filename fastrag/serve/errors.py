@@ -35,7 +35,8 @@ def invalid(field: str | None, message: str, kind: str = "value_error") -> Serve
 
 
 _FIELDS = ("query", "question", "top_k", "offset", "filter", "search_mode", "fusion", "rerank", "user_id",
-           "agent_id", "documents", "ids")  # fmt: skip
+           "agent_id", "documents", "ids", "min_score", "min_relative_score", "min_vector_score",
+           "min_keyword_score")  # fmt: skip
 _SETTING_FIELDS = {"vector_weight": "fusion", "keyword_weight": "fusion", "rank_constant": "fusion",
                    "rerank_model": "rerank", "retrieval_k": "rerank", "scope": "user_id", "BM25": "search_mode",
                    "lexical_store": "search_mode", "document": "documents"}  # fmt: skip

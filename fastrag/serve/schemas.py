@@ -135,6 +135,14 @@ class RetrieveRequest(_Tenant):
     search_mode: Literal["vector", "keyword", "hybrid", "auto"] | None = None
     fusion: FusionOptions | None = None
     rerank: RerankOptions | None = None
+    min_score: float | None = Field(
+        None, description="drop results scoring below this on the result list's own scale: cosine (vector), BM25 "
+                          "(keyword), the reranker's (with rerank); refused (422) for a fused list (hybrid, auto "
+                          "without rerank): use min_relative_score there (docs/thresholds.md)")
+    min_relative_score: float | None = Field(
+        None, gt=0, description="hybrid, auto: keep results scoring at least this fraction of the query's best fused score")
+    min_vector_score: float | None = Field(None, description="drop dense (k-NN) hits whose cosine is below this (before fusion)")
+    min_keyword_score: float | None = Field(None, description="drop BM25 hits scoring below this (before fusion)")
 
 
 class SettingValue(BaseModel):
