@@ -583,8 +583,13 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         result = _run(go, settings.store)
-    for warning in caught:  # e.g. a dense branch not run for the question's language
-        click.echo(f"warning: {warning.message}", err=True)
+    from fastrag.retrieval.hybrid import SkippedBranchWarning
+
+    for warning in caught:  # e.g. an unreachable threshold
+        if not issubclass(warning.category, SkippedBranchWarning):  # said below, for this question
+            click.echo(f"warning: {warning.message}", err=True)
+    for name, why in result.skipped_branches.items():  # decided when built, or per question (--language auto)
+        click.echo(f"warning: hybrid branch {name!r} is not run: {why}", err=True)
     hits = list(result.documents)
     incomplete = dict(result.incomplete)
     if result.zero_vector_branches:

@@ -238,6 +238,8 @@ def test_cli_search_language_auto_counts_the_stores_own_language(tmp_path: Path,
     assert english.exit_code == 0 and german.exit_code == 0, english.output + german.output
     assert json.loads(english.stdout)["skipped_branches"] == {}
     assert "detected as 'de'" in json.loads(german.stdout)["skipped_branches"]["vector"]
+    text = cli("search", "Wer hat die alten Häuser am Fluss gebaut?", "--language", "auto")
+    assert text.stderr.count("hybrid branch 'vector' is not run") == 1 and "detected as 'de'" in text.stderr
     assert json.loads(english.stdout)["documents"][0]["metadata"]["source_uri"].endswith("en.md")
 
 

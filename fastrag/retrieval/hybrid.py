@@ -33,6 +33,7 @@ from fastrag.retrieval.vector import VectorRetriever
 __all__ = [
     "DENSE_MODEL_LEXICAL_WEIGHT",
     "EMBEDDER_LANGUAGES",
+    "SkippedBranchWarning",
     "LEXICAL_WEIGHT_BY_EMBEDDER",
     "BranchErrorPolicy",
     "DENSE_MODEL_CANDIDATE_K",
@@ -105,18 +106,20 @@ def embedder_languages(embedder: object) -> frozenset[str] | None:
     return EMBEDDER_LANGUAGES.get(name) if isinstance(name, str) else None
 
 
+class SkippedBranchWarning(UserWarning):
+    """A hybrid branch will not run: its embedder does not cover the questions' language."""
+
+
 def uncovered_dense_branches(branches: Mapping[str, Retriever]) -> dict[str, str]:
     """``{branch: why}`` for the dense branch of a one-``"bm25"``-one-``"vector"`` hybrid whose embedder
-    does not cover the language the BM25 branch analyses every question in (its ``language``, else its
-    store's analyzer's). Empty otherwise: any other branches, a BM25 branch detecting each question's
-    language or analysing in English, or an embedder whose languages are unknown."""
+    does not cover the language the BM25 branch analyses every question in (its fixed ``language``).
+    Empty otherwise: any other branches, a BM25 branch without a fixed language (detecting it per
+    question, or analysing in each language its store holds: a store may hold documents in several, so
+    its own analyzer's language does not decide), or an embedder whose languages are unknown."""
     if set(branches) != {"bm25", "vector"}:
         return {}
     bm25, vector = branches["bm25"], branches["vector"]
-    language = getattr(bm25, "language", None)
-    if language is None and getattr(bm25, "detector", None) is None:
-        language = getattr(getattr(getattr(bm25, "store", None), "analyzer", None), "language", None)
-    code = primary_language(language)
+    code = primary_language(getattr(bm25, "language", None))
     embedder = getattr(vector, "embedder", None)
     covered = embedder_languages(embedder)
     if code is None or covered is None or code in covered:
@@ -214,9 +217,9 @@ class HybridRetriever(ReturnsResult):
             list before fusion). See :mod:`fastrag.retrieval.thresholds`.
         skip_uncovered: with the default fusion (``fusion=None``), do not run a dense branch whose
             embedder does not cover the language of the questions (:func:`uncovered_dense_branches`: the
-            BM25 branch has a fixed ``language``, or its store's analysis is in one, that is not among
-            :func:`embedder_languages`): ranked by BM25 alone, the result names the branch in
-            ``skipped_branches``, and a ``UserWarning`` says why, here. When the BM25 branch detects each
+            BM25 branch has a fixed ``language`` that is not among :func:`embedder_languages`): ranked by
+            BM25 alone, the result names the branch in ``skipped_branches``, and a
+            :class:`SkippedBranchWarning` (a ``UserWarning``) says why, here. When the BM25 branch detects each
             question's language instead (a ``detector``), the hybrid detects it first (once: the BM25
             branch is given the result) and leaves the dense branch out of that call only, named in
             ``skipped_branches``. With the shipped English static
@@ -274,7 +277,7 @@ class HybridRetriever(ReturnsResult):
         skipped = uncovered_dense_branches(branches) if fusion is None and skip_uncovered is True else {}
         detect = _detected_coverage(branches) if fusion is None and skip_uncovered is True else None
         for name, why in skipped.items():
-            warnings.warn(f"hybrid branch {name!r} is not run: {why}", UserWarning, stacklevel=2)
+            warnings.warn(f"hybrid branch {name!r} is not run: {why}", SkippedBranchWarning, stacklevel=2)
         fusion = default_fusion(branches) if fusion is None else fusion
         if not isinstance(fusion, RankFusion):
             raise InvalidParameterError(f"fusion has no fuse() method: {fusion!r}")
