@@ -147,9 +147,9 @@ def _threshold_options(command: Callable[..., Any]) -> Callable[..., Any]:
     decorators = [
         click.option("--min-score", "min_score", type=float, metavar="SCORE",
                      help="Drop results scoring below SCORE on the result list's own scale: BM25 in keyword mode, "
-                          "cosine (-1 to 1) in vector mode, the reranker's score with --rerank. Not in hybrid mode "
-                          "without --rerank (fused scores have no absolute scale): use --min-relative-score there "
-                          "(or FASTRAG_MIN_SCORE)."),
+                          "cosine (-1 to 1) in vector mode, the reranker's score with --rerank (or FASTRAG_MIN_SCORE). "
+                          "Not in hybrid mode without --rerank (fused scores have no absolute scale): use "
+                          "--min-relative-score there."),
         click.option("--min-relative-score", "min_relative_score", type=float, metavar="FRACTION",
                      help="Hybrid: keep results scoring at least FRACTION (> 0, e.g. 0.5) of the question's best "
                           "fused score (or FASTRAG_MIN_RELATIVE_SCORE)."),

@@ -330,7 +330,14 @@ class MilvusVectorStore:
         except sdk_errors() as exc:
             raise BackendUnavailableError(f"cannot open Milvus: {message(exc)}", store=self.name) from exc
         try:
-            await client.has_collection(self.collection, timeout=self.timeout)
+            try:
+                await client.has_collection(self.collection, timeout=self.timeout)
+            except sdk_errors() as exc:
+                if not dropped_by_ping_policy(exc):
+                    raise
+                # gRPC shares connections between channels: a new client can get one the server closed for
+                # its ping policy; the first call fails, and gRPC has reconnected for the next
+                await client.has_collection(self.collection, timeout=self.timeout)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 try:
