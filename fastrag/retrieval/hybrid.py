@@ -124,9 +124,13 @@ def uncovered_dense_branches(branches: Mapping[str, Retriever]) -> dict[str, str
     covered = embedder_languages(embedder)
     if code is None or covered is None or code in covered:
         return {}
+    return {"vector": _uncovered(embedder, covered, f"the questions are analysed in {code!r}")}
+
+
+def _uncovered(embedder: object, covered: frozenset[str], language: str) -> str:
+    """Why a dense branch is not run: ``embedder`` covers ``covered``, not the questions' ``language``."""
     name = getattr(embedder, "name", type(embedder).__name__)
-    return {"vector": (f"the embedder {name!r} covers {', '.join(sorted(covered))}; the questions are "
-                       f"analysed in {code!r}: ranked by BM25 alone")}
+    return f"the embedder {name!r} covers {', '.join(sorted(covered))}; {language}: ranked by BM25 alone"
 
 
 def _detected_coverage(branches: Mapping[str, Retriever]) -> tuple[Any, frozenset[str]] | None:
@@ -310,10 +314,7 @@ class HybridRetriever(ReturnsResult):
         if code in covered:
             return branches, self._skipped
         embedder = getattr(self._retrievers["vector"], "embedder", None)
-        name = getattr(embedder, "name", type(embedder).__name__)
-        why = (f"the embedder {name!r} covers {', '.join(sorted(covered))}; the question was detected as "
-               f"{code!r}: ranked by BM25 alone")
-        return branches, {"vector": why}
+        return branches, {"vector": _uncovered(embedder, covered, f"the question was detected as {code!r}")}
 
     @property
     def skipped_branches(self) -> Mapping[str, str]:
