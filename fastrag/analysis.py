@@ -29,7 +29,7 @@ always agree. Steps, in order:
    Danish, Dutch, French, German, Italian, Norwegian, Portuguese, Russian, Spanish or Swedish, Snowball's
    list (:data:`SNOWBALL_STOPWORD_LANGUAGES`, the default of Lucene's and Elasticsearch's analyzers for
    these languages) when that is the analyzer's own language: a store of Russian text
-   (``Analyzer("ru")``; ``fastrag eval --language ru``). Documents of another language in a multilingual
+   (``Analyzer("ru")``; a new store of ``fastrag index --language ru`` or ``fastrag eval --language ru``). Documents of another language in a multilingual
    store (:meth:`Analyzer.for_language`) keep their function words, as before: BM25 then compares
    documents of different languages on comparable lengths (with each language's list, 11 of XQuAD's
    5,950 questions lost their own-language paragraph to a translation shortened by a longer list).
