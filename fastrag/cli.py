@@ -171,7 +171,7 @@ def _check_thresholds(settings: Settings, *, rerank: str) -> None:
     from fastrag.retrieval.thresholds import check_thresholds_fit
 
     def said(name: str) -> str:
-        return f"{name}={getattr(settings, name)!r} (--{name.replace('_', '-')} or {_ENV[name]})"
+        return f"{name}={getattr(settings, name)!r} (--{name.replace('_', '-')}, {_ENV[name]} or fastrag.toml)"
 
     try:
         check_thresholds_fit(settings.mode, reranked=rerank != "none", said=said,

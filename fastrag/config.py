@@ -188,6 +188,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
     """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
+    origin: dict[str, str] = {}  # where each value came from, named in errors: the file, the variable, the options
     explicit = env.get("FASTRAG_CONFIG")
     config_path = Path(explicit or "fastrag.toml")
     if explicit and not config_path.is_file():
@@ -213,18 +214,21 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
                 kind = "an integer" if key in _INT_SETTINGS else "a number" if key in _FLOAT_SETTINGS else "a string"
                 raise ConfigurationError(f"{config_path}: {key} must be {kind}, got {value!r}")
         values.update(table)
+        origin.update(dict.fromkeys(table, str(config_path)))
     for key, var in _ENV.items():
         if env.get(var):
             values[key] = env[var]
+            origin[key] = var
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - set(_ENV)
     if unknown:
         raise ConfigurationError(f"unknown settings {sorted(unknown)}; known: {sorted(_ENV)}")
     values.update(given)
+    origin.update(dict.fromkeys(given, "the command line"))  # overrides are the command-line options
     for key in _INT_SETTINGS & set(values):
-        values[key] = _positive_int(values[key], key, _ENV[key])
+        values[key] = _positive_int(values[key], key, origin[key])
     for key in _FLOAT_SETTINGS & set(values):
-        values[key] = _threshold(values[key], key, _ENV[key])
+        values[key] = _threshold(values[key], key, origin[key])
     settings = replace(Settings(), **values)
     if settings.mode not in MODES:
         raise ConfigurationError(f"unknown mode {settings.mode!r}; expected one of {', '.join(MODES)}")

@@ -112,7 +112,7 @@ def test_min_score_in_hybrid_is_refused_naming_the_relative_threshold(in_index: 
     result = cli("search", QUESTION, "--min-score", "0.5")
     assert result.exit_code == 1 and result.stdout == ""
     line = result.stderr.strip()
-    assert "\n" not in line and line.startswith("error: min_score=0.5 (--min-score or FASTRAG_MIN_SCORE) cannot apply")
+    assert "\n" not in line and line.startswith("error: min_score=0.5 (--min-score, FASTRAG_MIN_SCORE or fastrag.toml) cannot apply")
     assert "--min-relative-score" in line and "hybrid" in line
     # with a reranker the final list is on the reranker's scale: min_score cuts it (cosine here)
     reranked = search("--min-score", "0.4", "--rerank", "embedder")
@@ -127,9 +127,9 @@ def test_min_score_in_hybrid_is_refused_naming_the_relative_threshold(in_index: 
 @pytest.mark.parametrize(
     ("args", "exit_code", "message"),
     [
-        (("--mode", "keyword", "--min-score", "nan"), 1, "error: min_score (FASTRAG_MIN_SCORE) must be a finite number, got nan"),
+        (("--mode", "keyword", "--min-score", "nan"), 1, "error: min_score (the command line) must be a finite number, got nan"),
         (("--mode", "keyword", "--min-score", "inf"), 1, "must be a finite number"),
-        (("--min-relative-score", "0"), 1, "error: min_relative_score (FASTRAG_MIN_RELATIVE_SCORE) must be a finite number > 0"),
+        (("--min-relative-score", "0"), 1, "error: min_relative_score (the command line) must be a finite number > 0"),
         (("--min-relative-score", "-0.5"), 1, "must be a finite number > 0"),
         (("--mode", "keyword", "--min-score", "high"), 2, "'high' is not a valid float"),  # as --top-k x: a usage error
     ],
@@ -151,10 +151,10 @@ def test_thresholds_from_toml_and_environment_with_options_winning(in_index: Pat
     assert set(uris(search("--min-score", "0.1", env={**toml, "FASTRAG_MIN_SCORE": "0.5"}))) == set(FILES)  # option
     # a hybrid search refuses the TOML's min_score, naming where it can come from
     refused = cli("search", QUESTION, "--mode", "hybrid", env=toml)
-    assert refused.exit_code == 1 and "min_score=100.0 (--min-score or FASTRAG_MIN_SCORE)" in refused.stderr
+    assert refused.exit_code == 1 and "min_score=100.0 (--min-score, FASTRAG_MIN_SCORE or fastrag.toml)" in refused.stderr
     config.write_text('[fastrag]\nmin_relative_score = "half"\n', encoding="utf-8")
     bad = cli("search", QUESTION, env=toml)
-    assert bad.exit_code == 1 and "min_relative_score (FASTRAG_MIN_RELATIVE_SCORE) must be a number, got 'half'" in bad.stderr
+    assert bad.exit_code == 1 and f"min_relative_score ({config}) must be a number, got 'half'" in bad.stderr
 
 
 def test_eval_says_it_does_not_apply_the_thresholds_of_the_settings(tmp_path: Path) -> None:
