@@ -313,15 +313,20 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
         sys.exit(EXIT_INVALID)
 
 
-def _language_options(language: str | None, *, detect_all: bool) -> dict[str, Any]:
+def _is_auto(language: str | None) -> bool:
+    """Whether ``--language`` asks for detection (``auto``, in any case)."""
+    return language is not None and language.strip().lower() == "auto"
+
+
+def _language_options(language: str | None, *, detect_all: bool, allow_auto: bool = True) -> dict[str, Any]:
     """``--language``: ``{}``, ``{"language": code}``, or (``auto`` when indexing) a Lingua detector over
     every language it knows, in low-accuracy mode (documents are long enough for it). A bad value is
-    invalid input (exit 1)."""
+    invalid input (exit 1); ``allow_auto=False`` for a command that takes a code only."""
     from fastrag.analysis import language_code
 
     if language is None:
         return {}
-    if language == "auto":
+    if _is_auto(language):
         if not detect_all:
             return {}
         from fastrag.language import LinguaLanguageDetector
@@ -333,8 +338,8 @@ def _language_options(language: str | None, *, detect_all: bool) -> dict[str, An
             sys.exit(EXIT_INVALID)
     code = language_code(language)
     if code is None:
-        click.echo(f"error: --language must be auto or a registered language code such as de (ISO 639), got "
-                   f"{language!r}", err=True)
+        expected = "auto or a registered language code" if allow_auto else "a registered language code"
+        click.echo(f"error: --language must be {expected} such as de (ISO 639), got {language!r}", err=True)
         sys.exit(EXIT_INVALID)
     return {"language": code}
 
@@ -347,7 +352,7 @@ async def _question_language(lexical: Any, language: str | None) -> dict[str, An
     from fastrag.analysis import LANGUAGE_ALIASES
 
     languages = getattr(lexical, "languages", None)
-    if language != "auto":
+    if not _is_auto(language):
         options = _language_options(language, detect_all=False)
         held = await _held_languages(lexical) if callable(languages) and options else []
         code = options.get("language")
@@ -770,10 +775,11 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
         cuts = ", ".join(f"{k}={v:g}" for k, v in _thresholds_set(settings).items())
         click.echo(f"warning: eval ranks without score thresholds; the settings' {cuts} are not applied "
                    "(the metrics measure the ranking)", err=True)
-    if language == "auto":
+    if _is_auto(language):
         click.echo("error: --language for eval is the dataset's language code (e.g. de), not auto", err=True)
         sys.exit(EXIT_INVALID)
-    language = _language_options(language, detect_all=False).get("language")  # normalised: "RU", "rus" -> "ru"
+    # normalised: "RU", "rus" -> "ru"
+    language = _language_options(language, detect_all=False, allow_auto=False).get("language")
 
     if rerank == "embedder":
         _warn_same_model_rerank(rerank_model, settings.embedding_model)

@@ -161,9 +161,10 @@ def test_cli_eval_with_language_analyses_the_dataset_in_it(tmp_path: Path) -> No
     assert english.exit_code == 0 and german.exit_code == 0, german.output
     assert json.loads(english.stdout)["ndcg@10"] < 0.5  # "haus" vs "häuser", "züge" vs "zug": English misses
     assert json.loads(german.stdout)["ndcg@10"] == pytest.approx(1.0)
-    for bad in ("auto", "not a code"):
+    for bad in ("auto", "Auto", "not a code", "xx"):
         result = cli("eval", str(folder), "--mode", "keyword", "--language", bad)
         assert result.exit_code == 1 and "--language" in result.stderr
+        assert "must be auto" not in result.stderr  # eval takes a code only
 
 
 def test_cli_index_and_search_with_a_language(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,7 +239,7 @@ def test_cli_search_language_auto_counts_the_stores_own_language(tmp_path: Path,
     assert english.exit_code == 0 and german.exit_code == 0, english.output + german.output
     assert json.loads(english.stdout)["skipped_branches"] == {}
     assert "detected as 'de'" in json.loads(german.stdout)["skipped_branches"]["vector"]
-    text = cli("search", "Wer hat die alten Häuser am Fluss gebaut?", "--language", "auto")
+    text = cli("search", "Wer hat die alten Häuser am Fluss gebaut?", "--language", "AUTO")  # any case
     assert text.stderr.count("hybrid branch 'vector' is not run") == 1 and "detected as 'de'" in text.stderr
     assert json.loads(english.stdout)["documents"][0]["metadata"]["source_uri"].endswith("en.md")
 
