@@ -69,6 +69,7 @@ async def test_an_uncovered_language_ranks_by_bm25_alone_and_says_so(store) -> N
     bm25 = await BM25Retriever(store=store, language="hi").retrieve("पैंथर्स की रक्षा पंक्ति", k=4)
     assert [d.id for d in result.documents] == [d.id for d in bm25]
     assert all(set(d.branches) == {"bm25"} for d in result.documents)
+    assert result.documents[0].score == 1.0  # fused over the branch that ran (min-max), not BM25's 0.9 share
     assert set(result.skipped_branches) == {"vector"} and not result.partial
     assert embedder.queries == 0  # not run at all
 

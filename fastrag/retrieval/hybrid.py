@@ -447,14 +447,18 @@ class HybridRetriever(ReturnsResult):
                 "hybrid branch %r failed; fusing the other branches without it (partial result): %s: %s",
                 name, type(exc).__name__, exc, exc_info=exc,
             )  # fmt: skip
-        # Rebuild in branch order: fusion weights given as a sequence align with it. A failed or skipped
-        # branch contributes an empty list, which adds the same (zero) amount to every document.
+        # Rebuild in branch order: fusion weights given as a sequence align with it. A failed branch
+        # contributes an empty list, which adds the same (zero) amount to every document.
         with timed("fusion"):
+            fusion = self._fusion
             lists = {name: found.get(name, []) for name in self._retrievers}
-            if _takes_depth(self._fusion.fuse):  # scored over candidate_k per branch: the top does not depend on k
-                fused = self._fusion.fuse(lists, k=offset + k, depth=self._candidate_k)  # type: ignore[call-arg]
+            if skipped:  # the default fusion over the branches that ran: BM25 alone scores 1.0 at best, not its 0.9
+                fusion = WeightedScoreFusion(normalization=self._fusion.normalization)  # type: ignore[attr-defined]
+                lists = {name: docs for name, docs in lists.items() if name not in skipped}
+            if _takes_depth(fusion.fuse):  # scored over candidate_k per branch: the top does not depend on k
+                fused = fusion.fuse(lists, k=offset + k, depth=self._candidate_k)  # type: ignore[call-arg]
             else:
-                fused = self._fusion.fuse(lists, k=offset + k)
+                fused = fusion.fuse(lists, k=offset + k)
             if self._min_relative_score is not None:
                 fused = keep_relative(fused, self._min_relative_score)
             if offset:
