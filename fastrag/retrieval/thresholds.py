@@ -137,7 +137,8 @@ def check_thresholds_fit(
             "fused score says where a document stands among this query's candidates, not how relevant it is). "
             "Use min_relative_score (--min-relative-score) to keep documents scoring at least a fraction of "
             "the query's best, min_vector_score / min_keyword_score (--min-vector-score / --min-keyword-score) "
-            "to cut a branch on its own scale before fusion, or rerank and min_score cuts the reranker's score"
+            "to cut a branch on its own scale before fusion, or add a reranker (rerank), whose score min_score "
+            "then cuts"
         )
     if min_relative_score is not None and not fused:
         raise InvalidParameterError(
