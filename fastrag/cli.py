@@ -239,7 +239,12 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
     Two runs into one SQLite store take turns: the second waits (saying so) until the first finishes, at
     most --lock-timeout seconds, then exits 3 naming the store.
     """
-    from fastrag.ingestion import CachedEmbedder, Chunker, EmbeddingCache, IngestionPipeline
+    from fastrag.ingestion import (
+        CachedEmbedder,
+        Chunker,
+        EmbeddingCache,
+        IngestionPipeline,
+    )
     from fastrag.ingestion.sources import printable_path
 
     settings = _settings({"store": store_url, "embedding_model": model, "lexical_store": lexical_store_url,
@@ -471,26 +476,18 @@ def _shell_quote(text: str) -> str:
 
 
 @asynccontextmanager
-async def _open_retriever(
-    settings: Settings,
-    *,
-    include_glob: tuple[str, ...] = (),
-    exclude_glob: tuple[str, ...] = (),
-    path_filter: str | None = None,
-    rerank: str = "none",
-    rerank_model: str | None = None,
-    candidate_k: int = 40,
-    language: str | None = None,
-) -> AsyncIterator[Any]:
-    """The retriever ``search`` and ``ask`` use: ``settings.mode`` over the existing store, path rules, an
-    optional reranker; stores, embedder and reranker are closed on exit."""
-    from fastrag.config import build_retriever
-    from fastrag.retrieval.path_filter import PathFilterRetriever
-    from fastrag.retrieval.reranking import RerankingRetriever
+async def _open_knowledge_base(
+    settings: Settings, *, rerank: str = "none", rerank_model: str | None = None
+) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """The knowledge base ``search`` and ``ask`` search: the existing store(s), the embedder the store recorded
+    (none in keyword mode), and the ``--rerank`` reranker; yields it with the request settings that name the
+    reranker. Everything is closed on exit. The search itself is planned by :mod:`fastrag.planning`, as for
+    every other entrance."""
+    from fastrag.knowledge_base import KnowledgeBase
 
     async with AsyncExitStack() as stack:
         store, lexical = await stack.enter_async_context(open_stores(settings, create=False))
-        embedder = None
+        embedder: Any = False  # keyword mode: no embedder (a store built by any model can be searched)
         if settings.mode != "keyword":
             embedder = await stack.enter_async_context(
                 open_embedder(settings.embedding_model or store.embedding_model, settings=settings)
@@ -501,25 +498,78 @@ async def _open_retriever(
                     f"{settings.store} was built with embedding model {store.embedding_model!r}, not "
                     f"{embedder.name!r}; search it with the same model, or use --mode keyword"
                 )
-        options = await _question_language(lexical or store, language) if settings.mode != "vector" else {}
-        # min_score cuts the final list: the reranker's when there is one, else the first stage's
-        thresholds = {name: getattr(settings, name) for name in _THRESHOLD_SETTINGS}
-        final_min_score = thresholds.pop("min_score") if rerank != "none" else None
-        retriever = build_retriever(settings.mode, store=store, embedder=embedder, lexical_store=lexical,
-                                    **options, **thresholds)  # fmt: skip
-        retriever = PathFilterRetriever(
-            retriever, include_glob=include_glob or None, exclude_glob=exclude_glob or None, path_filter=path_filter
-        )
+        extra: dict[str, Any] = {}
         if rerank == "embedder":
             _warn_same_model_rerank(rerank_model, settings.embedding_model or store.embedding_model)
         if rerank != "none":
             reranker = await stack.enter_async_context(
-                open_reranker(rerank, rerank_model, embedding_model=embedder.name if embedder is not None else
+                open_reranker(rerank, rerank_model, embedding_model=embedder.name if embedder else
                               settings.embedding_model or store.embedding_model)
             )
-            retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=candidate_k,
-                                           min_score=final_min_score)  # fmt: skip
-        yield retriever
+            extra = {"rerank": True, "rerank_model": reranker}
+        kb = await stack.enter_async_context(
+            KnowledgeBase(store, lexical_store=lexical if lexical is not store else None, embedder=embedder)
+        )
+        yield kb, extra
+
+
+def _search_request(settings: Settings, given: dict[str, Any]) -> dict[str, Any]:
+    """The request's search settings: the ``FASTRAG_*`` variables and ``fastrag.toml`` (``settings.search``),
+    the mode and score thresholds as :func:`~fastrag.config.load_settings` merged them, then the flags given.
+    A bad value is invalid input (exit 1)."""
+    from fastrag.settings import SearchSettings
+
+    request = {**(settings.search.to_dict() if settings.search else {}), "mode": settings.mode,
+               **_thresholds_set(settings)}
+    request.update({k: v for k, v in given.items() if v is not None and v != ()})
+    try:
+        SearchSettings.from_mapping(request)
+    except FastragError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_INVALID)
+    return request
+
+
+def _resolved_json(resolved: Any) -> dict[str, Any]:
+    """``{name: {"value", "origin"}}`` for every resolved setting (the reranker object as its repr)."""
+    values = resolved.to_dict()
+    return {name: {"value": values[name], "origin": resolved.origin(name)} for name in values}
+
+
+def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the first stage's options (candidates per branch, fusion, branch failures) to a command; it receives
+    them as one ``fusion_options`` dict (``None`` where not given). Put it right above the ``def``."""
+    names = ("vector_candidate_k", "keyword_candidate_k", "fusion", "normalization", "vector_weight",
+             "keyword_weight", "rank_constant", "branch_timeout", "on_branch_error")  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return command(*args, fusion_options={key: kwargs.pop(key) for key in names}, **kwargs)
+
+    from fastrag.settings import FUSIONS, NORMALIZATIONS
+
+    decorators = [
+        click.option("--vector-candidate-k", type=click.IntRange(1, 10_000),
+                     help="Hybrid: candidates of the dense branch (default: --candidate-k)."),
+        click.option("--keyword-candidate-k", type=click.IntRange(1, 10_000),
+                     help="Hybrid: candidates of the BM25 branch (default: --candidate-k)."),
+        click.option("--fusion", type=click.Choice(FUSIONS),
+                     help="Hybrid: weighted (normalised scores) or rrf (Reciprocal Rank Fusion). Default: weighted."),
+        click.option("--normalization", type=click.Choice(NORMALIZATIONS),
+                     help="Weighted fusion's score normalisation (default: the embedder's measured one)."),
+        click.option("--vector-weight", type=click.FloatRange(0), help="Hybrid: the dense branch's weight."),
+        click.option("--keyword-weight", type=click.FloatRange(0), help="Hybrid: the BM25 branch's weight."),
+        click.option("--rank-constant", type=click.FloatRange(0, min_open=True),
+                     help="RRF's k (default 60, Cormack et al. 2009)."),
+        click.option("--branch-timeout", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
+                     help="Hybrid: seconds each branch may take."),
+        click.option("--on-branch-error", type=click.Choice(("raise", "partial")),
+                     help="Hybrid: a failed branch fails the search (raise, default) or leaves the other's results "
+                          "(partial)."),
+    ]
+    for decorator in reversed(decorators):
+        wrapper = decorator(wrapper)
+    return wrapper
 
 
 @main.command()
@@ -540,8 +590,9 @@ async def _open_retriever(
 @click.option("--rerank-model",
               help="embedder: a Model2Vec model (default: the store's); cross-encoder: a local model folder "
                    "(required); cohere: the model (default rerank-v3.5).")
-@click.option("--candidate-k", default=40, show_default=True, type=click.IntRange(min=1),
-              help="First-stage candidates the reranker reads (with --rerank).")
+@click.option("--candidate-k", type=click.IntRange(1, 10_000),
+              help="First-stage candidates: per hybrid branch, and what the reranker reads (with --rerank). "
+                   "Default: the embedder's measured value (40 with the shipped model, 200 otherwise).")
 @click.option("--model", "model", help="The embedder's model (default: the one the store recorded).")
 @click.option("--language", "language",
               help="The question's language for BM25 (an ISO 639-1 code), or auto to detect it with Lingua among "
@@ -550,37 +601,37 @@ async def _open_retriever(
               help="Skip this many results: the next page (--top-k 5 --offset 5 prints results 6 to 10).")
 @click.option("--group-by", "group_by",
               help="One result per value of this metadata key (source_uri, parent_id, ...), with its best chunk.")
+@_fusion_options
 @_threshold_options
 @_embedder_options
 def search(query: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
            include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
            as_json: bool, lexical_store_url: str | None, rerank: str, rerank_model: str | None,
-           candidate_k: int, model: str | None, language: str | None, offset: int, group_by: str | None,
-           embedder_options: dict[str, Any], threshold_options: dict[str, Any]) -> None:
+           candidate_k: int | None, model: str | None, language: str | None, offset: int, group_by: str | None,
+           embedder_options: dict[str, Any], threshold_options: dict[str, Any],
+           fusion_options: dict[str, Any]) -> None:
     """Search the index for QUERY and print the best documents.
 
     Score thresholds (--min-score, --min-relative-score, --min-vector-score, --min-keyword-score, or their
     FASTRAG_* settings) may leave fewer than --top-k results, or none.
     """
     from fastrag.filters import parse_filter
-    from fastrag.retrieval.result import retrieve_result
 
     settings = _settings({"store": store_url, "mode": mode, "lexical_store": lexical_store_url,
                           "embedding_model": model, **embedder_options, **threshold_options})
     _check_thresholds(settings, rerank=rerank)
     _language_options(language, detect_all=False)  # a bad code is refused before the store is opened
+    request = _search_request(settings, {
+        "top_k": top_k, "candidate_k": candidate_k, "include_glob": include_glob or None,
+        "exclude_glob": exclude_glob or None, "path_filter": path_filter, "language": language,
+        "group_by": group_by, **fusion_options,
+    })
 
     async def go() -> Any:
         node = parse_filter(filter_json)
-        async with _open_retriever(settings, include_glob=include_glob, exclude_glob=exclude_glob,
-                                   path_filter=path_filter, rerank=rerank, rerank_model=rerank_model,
-                                   candidate_k=candidate_k, language=language) as retriever:
-            if group_by is not None:
-                from fastrag.retrieval.grouping import GroupingRetriever
-
-                retriever = GroupingRetriever(retriever, group_by=group_by)
+        async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model) as (kb, reranking):
             # a path filter that stopped at max_k candidates says so in result.incomplete (never "no match")
-            result = await retrieve_result(retriever, query, k=top_k, filter=node, offset=offset)
+            result = await kb.search_result(query, filter=node, offset=offset, **request, **reranking)
             if result.error is not None:
                 raise result.error
             return result
@@ -602,9 +653,11 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
                    f"model's vocabulary): no results from {', '.join(result.zero_vector_branches)}", err=True)
     if as_json:
         click.echo(json.dumps({"query": query, "mode": settings.mode, "rerank": rerank,
+                               "strategy": result.strategy,
                                "zero_vector_branches": list(result.zero_vector_branches),
                                "skipped_branches": dict(result.skipped_branches),
                                "thresholds": _thresholds_set(settings),
+                               "settings": _resolved_json(result.settings),
                                "documents": [d.to_dict() for d in hits], "incomplete": incomplete},
                               ensure_ascii=False, indent=2))
         return
@@ -644,8 +697,8 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @click.option("--rerank", type=click.Choice(("none", *RERANKERS)), default="none", show_default=True,
               help="Rerank --candidate-k candidates before the LLM reads the best --top-k (as for search).")
 @click.option("--rerank-model", help="The reranker's model (as for search).")
-@click.option("--candidate-k", default=40, show_default=True, type=click.IntRange(min=1),
-              help="First-stage candidates the reranker reads (with --rerank).")
+@click.option("--candidate-k", type=click.IntRange(1, 10_000),
+              help="First-stage candidates: per hybrid branch, and what the reranker reads (with --rerank).")
 @click.option("--llm-base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (or FASTRAG_LLM_BASE_URL).")
 @click.option("--llm-model", help="The model the endpoint serves (or FASTRAG_LLM_MODEL).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer, its status, citations and sources as JSON.")
@@ -653,7 +706,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @_threshold_options
 @_embedder_options
 def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
-        lexical_store_url: str | None, rerank: str, rerank_model: str | None, candidate_k: int,
+        lexical_store_url: str | None, rerank: str, rerank_model: str | None, candidate_k: int | None,
         llm_base_url: str | None, llm_model: str | None, as_json: bool, model: str | None,
         embedder_options: dict[str, Any], threshold_options: dict[str, Any]) -> None:
     """Answer QUESTION with an LLM from the indexed documents, citing them as [n].
@@ -677,13 +730,14 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
                    "FASTRAG_LLM_BASE_URL and FASTRAG_LLM_MODEL) to an OpenAI-compatible chat-completions server",
                    err=True)
         sys.exit(EXIT_INVALID)
+    request = _search_request(settings, {"top_k": top_k, "candidate_k": candidate_k})
 
     async def go() -> Any:
         node = parse_filter(filter_json)
         async with OpenAICompatibleLLM(base_url=settings.llm_base_url, model=settings.llm_model,
                                        api_key=os.environ.get("FASTRAG_LLM_API_KEY") or None) as llm:
-            async with _open_retriever(settings, rerank=rerank, rerank_model=rerank_model,
-                                       candidate_k=candidate_k) as retriever:
+            async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model) as (kb, reranking):
+                retriever = kb.as_retriever(**request, **reranking)
                 engine = QueryEngine(retriever=retriever, llm=llm, k=top_k)
                 retrieval = await retrieve_with_status(retriever, question, k=top_k, filter=node)
                 if retrieval.retrieval_failed:  # never ask the LLM without its sources

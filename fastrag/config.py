@@ -68,13 +68,22 @@ import os
 import tomllib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from fastrag.analysis import LANGUAGE_ALIASES, SNOWBALL_STOPWORD_LANGUAGES, Analyzer, primary_language
-from fastrag.errors import BackendUnavailableError, ConfigurationError, InvalidParameterError
+from fastrag.analysis import (
+    LANGUAGE_ALIASES,
+    SNOWBALL_STOPWORD_LANGUAGES,
+    Analyzer,
+    primary_language,
+)
+from fastrag.errors import (
+    BackendUnavailableError,
+    ConfigurationError,
+    InvalidParameterError,
+)
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -83,11 +92,11 @@ __all__ = [
     "Settings",
     "build_retriever",
     "embedding_cache_path",
-    "open_stores",
     "load_settings",
     "open_embedder",
     "open_reranker",
     "open_store",
+    "open_stores",
 ]
 
 DEFAULT_STORE_URL = "sqlite:///.fastrag/fastrag.db"
@@ -142,6 +151,11 @@ class Settings:
     """Drop dense (k-NN) hits whose cosine is below this, before fusion in hybrid mode."""
     min_keyword_score: float | None = None
     """Drop BM25 hits scoring below this, before fusion in hybrid mode."""
+    search: Any = field(default=None, compare=False)
+    """Every other search option of :data:`fastrag.settings.OPTIONS` set by a ``FASTRAG_<NAME>`` variable or a
+    ``[fastrag]`` key of the same name (``FASTRAG_TOP_K``, ``candidate_k = 100``), as a
+    :class:`~fastrag.settings.SearchSettings` (``None`` when :func:`load_settings` did not build these
+    settings)."""
 
 
 _SQLITE_PREFIX = "sqlite:///"
@@ -189,6 +203,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}  # where each value came from, named in errors: the file, the variable, the options
+    search_values: dict[str, Any] = {}  # the other search options (fastrag.settings.OPTIONS), by name
+    search_origin: dict[str, str] = {}
     explicit = env.get("FASTRAG_CONFIG")
     config_path = Path(explicit or "fastrag.toml")
     if explicit and not config_path.is_file():
@@ -202,9 +218,14 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
             raise ConfigurationError(f"{config_path}: cannot read: {exc}") from exc
         if not isinstance(table, dict):
             raise ConfigurationError(f"{config_path}: 'fastrag' must be a table ([fastrag]), got {table!r}")
-        unknown = set(table) - set(_ENV)
+        search_keys = _search_env()
+        unknown = set(table) - set(_ENV) - set(search_keys)
         if unknown:
-            raise ConfigurationError(f"{config_path}: unknown settings {sorted(unknown)}; known: {sorted(_ENV)}")
+            raise ConfigurationError(
+                f"{config_path}: unknown settings {sorted(unknown)}; known: {sorted({*_ENV, *search_keys})}"
+            )
+        for key in set(table) & set(search_keys):
+            search_values[key], search_origin[key] = table.pop(key), str(config_path)
         for key, value in table.items():
             number = (int, float) if key in _FLOAT_SETTINGS else int
             allowed = isinstance(value, str) or (
@@ -219,6 +240,9 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
         if env.get(var):
             values[key] = env[var]
             origin[key] = var
+    for key, var in _search_env().items():
+        if env.get(var):
+            search_values[key], search_origin[key] = env[var], var
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - set(_ENV)
     if unknown:
@@ -229,12 +253,25 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
         values[key] = _positive_int(values[key], key, origin[key])
     for key in _FLOAT_SETTINGS & set(values):
         values[key] = _threshold(values[key], key, origin[key])
+    from fastrag.settings import SearchSettings
+
+    try:
+        values["search"] = SearchSettings.from_text(search_values, where=search_origin)
+    except (InvalidParameterError, ValueError) as exc:
+        raise ConfigurationError(str(exc)) from exc
     settings = replace(Settings(), **values)
     if settings.mode not in MODES:
         raise ConfigurationError(f"unknown mode {settings.mode!r}; expected one of {', '.join(MODES)}")
     if settings.embedder is not None and settings.embedder not in EMBEDDERS:
         raise ConfigurationError(f"unknown embedder {settings.embedder!r}; expected one of {', '.join(EMBEDDERS)}")
     return settings
+
+
+def _search_env() -> dict[str, str]:
+    """``{option: FASTRAG_<OPTION>}`` for the search options :class:`Settings` does not hold itself."""
+    from fastrag.settings import OPTIONS
+
+    return {o.name: o.env for o in OPTIONS if o.name not in _ENV}
 
 
 def _positive_int(value: Any, key: str, var: str) -> int:
@@ -343,7 +380,7 @@ def is_sqlite_url(url: str) -> bool:
     return scheme == "sqlite" or len(scheme) <= 1
 
 
-def open_store(  # noqa: ANN201
+def open_store(
     url: str,
     *,
     embedding_model: str | None = None,
@@ -416,7 +453,7 @@ def split_embedder_name(name: str | None) -> tuple[str | None, str | None]:
     return None, name
 
 
-def open_embedder(  # noqa: ANN201
+def open_embedder(
     model: str | None = None, *, kind: str | None = None, settings: Settings | None = None, env: Mapping[str, str] | None = None
 ):
     """Build the embedder ``kind`` names (unopened: use it in ``async with``); nothing loads or connects yet.
@@ -478,7 +515,10 @@ def open_embedder(  # noqa: ANN201
     key = env.get(EMBEDDER_API_KEY_ENV) or None
     try:
         if kind == "model2vec":
-            from fastrag.ingestion.steps.embedding import DEFAULT_MODEL, Model2VecEmbedder
+            from fastrag.ingestion.steps.embedding import (
+                DEFAULT_MODEL,
+                Model2VecEmbedder,
+            )
 
             if model is None or model == DEFAULT_MODEL.name:
                 return Model2VecEmbedder(DEFAULT_MODEL, **kwargs)
@@ -491,7 +531,9 @@ def open_embedder(  # noqa: ANN201
 
             return SentenceTransformerEmbedder(model or DEFAULT_SENTENCE_TRANSFORMER, **kwargs)
         if kind == "openai":
-            from fastrag.ingestion.steps.openai_compatible import OpenAICompatibleEmbedder
+            from fastrag.ingestion.steps.openai_compatible import (
+                OpenAICompatibleEmbedder,
+            )
 
             return OpenAICompatibleEmbedder(model or "text-embedding-3-small", api_key=key, **kwargs)
         from fastrag.ingestion.steps.cohere import CohereEmbedder
@@ -585,7 +627,7 @@ async def open_stores(
         yield store, lexical
 
 
-def build_retriever(  # noqa: ANN201
+def build_retriever(
     mode: str,
     *,
     store: Any,
@@ -598,12 +640,17 @@ def build_retriever(  # noqa: ANN201
     min_relative_score: float | None = None,
     min_vector_score: float | None = None,
     min_keyword_score: float | None = None,
+    reranker: Any | None = None,
+    rerank_candidate_k: int | None = None,
 ):
-    """The retriever for ``mode``: dense k-NN on ``store``, BM25 on ``lexical_store`` (default ``store``).
+    """The retriever for ``mode``: dense k-NN on ``store``, BM25 on ``lexical_store`` (default ``store``),
+    planned by :func:`fastrag.planning.compose` with the settings these arguments give (every other setting
+    at its default, the fusion from the embedder's row of :mod:`fastrag.defaults`).
 
     The result is a :class:`~fastrag.retrieval.bm25.BM25Retriever` (keyword), a
     :class:`~fastrag.retrieval.vector.VectorRetriever` (vector), or a
-    :class:`~fastrag.retrieval.hybrid.HybridRetriever` of both with the default fusion (hybrid).
+    :class:`~fastrag.retrieval.hybrid.HybridRetriever` of both (hybrid), under a
+    :class:`~fastrag.retrieval.reranking.RerankingRetriever` when ``reranker`` is given.
 
     Args:
         mode: ``"hybrid"`` (dense + BM25, fused with the evidence-based default), ``"vector"`` or
@@ -611,61 +658,43 @@ def build_retriever(  # noqa: ANN201
         store: the vector store (and the lexical store when ``lexical_store`` is ``None``).
         embedder: required for ``"hybrid"`` and ``"vector"``.
         lexical_store: a separate store for BM25, for vector stores without full text (Chroma).
-        candidate_k: per-branch candidates for hybrid (default: the HybridRetriever default).
+        candidate_k: per-branch candidates for hybrid (default: the embedder's measured value).
         language: the questions' language for the BM25 branch (``BM25Retriever(language=...)``).
         detector: a language detector for the BM25 branch (``BM25Retriever(detector=...)``).
         min_score: drop results scoring below this on the returned list's scale: BM25 (keyword), cosine
-            (vector); refused in hybrid (fused scores have no absolute scale). With a reranker on top, give
-            it to :class:`~fastrag.retrieval.reranking.RerankingRetriever` instead.
+            (vector), the reranker's (with ``reranker``); refused in hybrid without a reranker (fused scores
+            have no absolute scale).
         min_relative_score: hybrid: keep fused results scoring at least this fraction of the query's best.
         min_vector_score: the dense branch's cosine threshold (hybrid or vector).
         min_keyword_score: the BM25 branch's threshold (hybrid or keyword).
+        reranker: a :class:`~fastrag.protocols.Reranker` reading the first stage's ``rerank_candidate_k``
+            candidates.
+        rerank_candidate_k: candidates the reranker reads (default: ``candidate_k``'s value).
 
     Raises:
         ConfigurationError: unknown mode, no embedder for a mode that needs one, a mode that needs BM25
             over a store that has none (configure ``lexical_store``), or a threshold the mode cannot apply
             or that is not a finite number (see :func:`~fastrag.retrieval.thresholds.check_thresholds_fit`).
     """
-    from fastrag.retrieval.bm25 import BM25Retriever
-    from fastrag.retrieval.hybrid import HybridRetriever
-    from fastrag.retrieval.thresholds import check_thresholds_fit, strictest
-    from fastrag.retrieval.vector import VectorRetriever
+    from fastrag.planning import compose
+    from fastrag.settings import SearchSettings, resolve_settings
 
     if mode not in MODES:
         raise ConfigurationError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    name = getattr(embedder, "name", None) if embedder is not None else None
+    name = name if isinstance(name, str) else None
     try:
-        check_thresholds_fit(mode, min_score=min_score, min_relative_score=min_relative_score,
-                             min_vector_score=min_vector_score, min_keyword_score=min_keyword_score)  # fmt: skip
+        request: dict[str, Any] = {"mode": mode, "min_score": min_score, "min_relative_score": min_relative_score,
+                                   "min_vector_score": min_vector_score, "min_keyword_score": min_keyword_score}  # fmt: skip
+        if reranker is not None:
+            request.update(rerank=True, rerank_model=reranker, candidate_k=rerank_candidate_k or candidate_k)
+            branch_k = candidate_k or resolve_settings(embedder_name=name).candidate_k
+            request.update(vector_candidate_k=branch_k, keyword_candidate_k=branch_k)
+        else:
+            request["candidate_k"] = candidate_k
+        settings = resolve_settings(SearchSettings(**request), embedder_name=name)
     except InvalidParameterError as exc:
         raise ConfigurationError(str(exc)) from exc
-    lexical = store if lexical_store is None else lexical_store
-    if mode != "vector" and not callable(getattr(lexical, "search_text", None)):
-        raise ConfigurationError(
-            f"mode {mode!r} needs BM25, which {lexical!r} does not have; configure a lexical store "
-            "(FASTRAG_LEXICAL_STORE or --lexical-store, e.g. sqlite:///.fastrag/bm25.db)"
-        )
-    # in vector or keyword mode min_score and the branch's own threshold cut the same list: both hold
-    single = min_score if mode != "hybrid" else None
-
-    def bm25() -> BM25Retriever:
-        try:
-            return BM25Retriever(store=lexical, language=language, detector=detector,
-                                 min_score=strictest(single, min_keyword_score))  # fmt: skip
-        except InvalidParameterError as exc:
-            raise ConfigurationError(str(exc)) from exc
-
-    if mode == "keyword":
-        return bm25()
-    if embedder is None:
-        raise ConfigurationError(f"mode {mode!r} needs an embedder")
-    try:
-        vector = VectorRetriever(vector_store=store, embedder=embedder, min_score=strictest(single, min_vector_score))
-    except InvalidParameterError as exc:
-        raise ConfigurationError(str(exc)) from exc
-    if mode == "vector":
-        return vector
-    kwargs: dict[str, Any] = {} if candidate_k is None else {"candidate_k": candidate_k}
-    try:
-        return HybridRetriever([vector, bm25()], min_relative_score=min_relative_score, **kwargs)
-    except InvalidParameterError as exc:
-        raise ConfigurationError(str(exc)) from exc
+    retriever, _ = compose(settings, vector_store=store, lexical_store=lexical_store, embedder=embedder,
+                           reranker=reranker, language=language, detector=detector)  # fmt: skip
+    return retriever

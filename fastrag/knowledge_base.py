@@ -36,7 +36,7 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field, fields as dataclass_fields, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -79,15 +79,23 @@ from fastrag.models import (
     TITLE,
     Document,
 )
-from fastrag.retrieval.limits import MAX_K
-from fastrag.scoping import MAX_SCOPE_INT, MIN_SCOPE_INT, check_scope_value, scoped_id, split_scoped_id
-from fastrag.search_settings import (
+from fastrag.protocols import Embedder
+from fastrag.scoping import (
+    MAX_SCOPE_INT,
+    MIN_SCOPE_INT,
+    check_scope_value,
+    scoped_id,
+    split_scoped_id,
+)
+from fastrag.settings import (
+    ALIASES,
     AUTO_DIRECT_MAX,
     AUTO_RERANK_MIN,
     AUTO_WIDE_RETRIEVAL_K,
     FUSIONS,
     MAX_RANK_CONSTANT,
     MAX_WEIGHT,
+    OPTIONS,
     SEARCH_MODES,
     SYSTEM_DEFAULTS,
     ResolvedSearchSettings,
@@ -115,6 +123,7 @@ __all__ = [
     "SEARCH_MODES",
     "SYSTEM_DEFAULTS",
     "KnowledgeBase",
+    "KnowledgeBaseRetriever",
     "ResolvedSearchSettings",
     "SearchResponse",
     "SearchSettings",
@@ -180,6 +189,12 @@ class SearchResponse:
         failed_branches: ``{branch: error}`` for every failed branch.
         partial: ``True`` when some branches failed and the result comes from the others.
         timings: wall-clock seconds per stage (``"total"`` for the whole retrieval).
+        zero_vector_branches: dense branches whose question embedded to the zero vector (none of its words
+            is in the model's vocabulary), so they found nothing.
+        incomplete: ``{stage: why}`` for stages that may have missed matches (a path filter that stopped at
+            ``max_k`` candidates): fewer results than asked for do not mean fewer matches exist.
+        skipped_branches: ``{branch: why}`` for hybrid branches that were not run (a dense branch whose
+            embedder does not cover the question's language).
     """
 
     documents: tuple[Document, ...]
@@ -190,6 +205,15 @@ class SearchResponse:
     failed_branches: Mapping[str, Exception] = field(default_factory=lambda: MappingProxyType({}))
     partial: bool = False
     timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    zero_vector_branches: tuple[str, ...] = ()
+    incomplete: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    skipped_branches: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def complete(self) -> bool:
+        """``False`` when the result may lack matches: the call failed, a branch failed or was skipped, or a
+        stage stopped early (``incomplete``)."""
+        return not (self.error is not None or self.partial or self.incomplete or self.skipped_branches)
 
     @property
     def retrieval_failed(self) -> bool:
@@ -334,7 +358,7 @@ class _ScopedStore:
                         f"document {doc.id!r} has {key}={current!r}; this call writes {key}={value!r}"
                     )
 
-    def confine(self, filter: Any) -> Any:  # noqa: A002
+    def confine(self, filter: Any) -> Any:
         return combine_filters(self._filter, filter)
 
     # writes
@@ -347,16 +371,16 @@ class _ScopedStore:
             stamped.append(doc)
         await self.store.upsert(stamped, embeddings=embeddings)
 
-    async def delete(self, *, ids: Sequence[str] | None = None, filter: Any = None) -> int:  # noqa: A002
+    async def delete(self, *, ids: Sequence[str] | None = None, filter: Any = None) -> int:
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter")
         return await self.store.delete(ids=self._stored_ids(ids), filter=self.confine(filter))
 
     # reads
-    async def count(self, *, filter: Any = None) -> int:  # noqa: A002
+    async def count(self, *, filter: Any = None) -> int:
         return await self.store.count(filter=self.confine(filter))
 
-    async def search_vector(self, embedding: Any, *, k: int, filter: Any = None) -> list[Document]:  # noqa: A002
+    async def search_vector(self, embedding: Any, *, k: int, filter: Any = None) -> list[Document]:
         found = await self.store.search_vector(embedding, k=k, filter=self.confine(filter))
         return self.shown(found)
 
@@ -370,11 +394,11 @@ class _ScopedStore:
             return getattr(self.store, name)
         raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
 
-    async def _search_text(self, query: str, *, k: int, filter: Any = None, **options: Any) -> list[Document]:  # noqa: A002
+    async def _search_text(self, query: str, *, k: int, filter: Any = None, **options: Any) -> list[Document]:
         found = await self.store.search_text(query, k=k, filter=self.confine(filter), **options)
         return self.shown(found)
 
-    async def _get(self, *, ids: Sequence[str] | None = None, filter: Any = None, limit: int | None = None) -> list[Document]:  # noqa: A002
+    async def _get(self, *, ids: Sequence[str] | None = None, filter: Any = None, limit: int | None = None) -> list[Document]:
         found = await self.store.get(ids=self._stored_ids(ids), filter=self.confine(filter), limit=limit)
         return self.shown(found)
 
@@ -498,7 +522,7 @@ def _check_comparison_fields(node: Comparison, fields: Mapping[str, str], path: 
 
 # ------------------------------------------------------------------------------------- knowledge base
 
-_CONFIG_KEYS = ("store", "lexical_store", "embedder", "sources", "fields", "require_scope", "on_branch_error")
+_CONFIG_KEYS = ("store", "lexical_store", "embedder", "sources", "fields", "require_scope")
 
 
 class KnowledgeBase:
@@ -511,8 +535,10 @@ class KnowledgeBase:
     Args:
         store: a store URL (see :mod:`fastrag.config`: ``sqlite:///kb.db``, ``qdrant+memory:///kb``, ...)
             or an open :class:`~fastrag.protocols.VectorStore`.
-        embedder: ``None`` (the static model shipped with fastrag), a Model2Vec model folder or name, or an
-            :class:`~fastrag.protocols.Embedder`. A store that recorded another model refuses to open.
+        embedder: ``None`` (the static model shipped with fastrag), a Model2Vec model folder or name, an
+            :class:`~fastrag.protocols.Embedder`, or ``False``: no embedder (keyword search only; vector and
+            hybrid searches raise :class:`~fastrag.errors.ConfigurationError`). A store that recorded another
+            model refuses to open.
         lexical_store: a separate :class:`~fastrag.protocols.LexicalStore` (URL or object) for BM25, for a
             vector store without full text (Chroma); ``None``: BM25 runs on ``store``.
         sources: files and folders :meth:`sync` indexes.
@@ -574,7 +600,7 @@ class KnowledgeBase:
         settings: SearchSettings | None = None,
         require_scope: bool = False,
         chunker: Any = None,
-        on_branch_error: str = "raise",
+        on_branch_error: str | None = None,
         sections: SectionIndex | None = None,
     ) -> None:
         if not isinstance(store, str) and not callable(getattr(store, "search_vector", None)):
@@ -583,24 +609,31 @@ class KnowledgeBase:
             getattr(lexical_store, "search_text", None)
         ):
             raise ConfigurationError(f"lexical_store must be a store URL or a LexicalStore, got {lexical_store!r}")
-        if embedder is not None and not isinstance(embedder, str) and not callable(getattr(embedder, "embed_query", None)):
-            raise ConfigurationError(f"embedder must be None, a model name or an Embedder, got {embedder!r}")
+        if embedder is not None and embedder is not False and not isinstance(embedder, str) and not callable(
+            getattr(embedder, "embed_query", None)  # not isinstance(Embedder): its dimension may not be known yet
+        ):
+            raise ConfigurationError(f"embedder must be None, False, a model name or an Embedder, got {embedder!r}")
         if isinstance(sources, str | Path) or not all(isinstance(s, str | Path) for s in sources):
             raise ConfigurationError(f"sources must be a list of paths, got {sources!r}")
         if settings is not None and not isinstance(settings, SearchSettings):
             raise ConfigurationError(f"settings must be a SearchSettings, got {settings!r}")
         if not isinstance(require_scope, bool):
             raise ConfigurationError(f"require_scope must be true or false, got {require_scope!r}")
-        if on_branch_error not in ("raise", "partial"):
+        if on_branch_error is not None and on_branch_error not in ("raise", "partial"):
             raise ConfigurationError(f"on_branch_error must be 'raise' or 'partial', got {on_branch_error!r}")
-        self.on_branch_error = on_branch_error
         if sections is not None and not callable(getattr(sections, "add_all", None)):
             raise ConfigurationError(f"sections must be a SectionIndex, got {sections!r}")
         self._fields = _check_fields_declaration(fields)
         self._tenant_keys: set[str] = {"user_id", "agent_id"} | {
             name for name, kind in (self._fields or {}).items() if kind == _TENANT
         }
-        self.settings = settings or SearchSettings()
+        settings = settings or SearchSettings()
+        if on_branch_error is not None:
+            if settings.on_branch_error not in (None, on_branch_error):
+                raise ConfigurationError(f"on_branch_error={on_branch_error!r} and settings.on_branch_error="
+                                         f"{settings.on_branch_error!r} disagree: set one")  # fmt: skip
+            settings = replace(settings, on_branch_error=on_branch_error)
+        self.settings = settings
         try:
             resolve_settings(None, self.settings)  # the embedder-aware weights are never both 0: same checks
         except InvalidParameterError as exc:
@@ -628,11 +661,10 @@ class KnowledgeBase:
         """A knowledge base from a mapping (a parsed ``[knowledge_base]`` TOML table, a JSON object).
 
         Keys: ``store``, ``lexical_store``, ``embedder`` (model name or folder), ``sources`` (list of paths),
-        ``fields`` (``{name: type}``), ``require_scope``, ``on_branch_error``, and every :class:`SearchSettings` field
-        (``search_mode``, ``vector_weight``, ``keyword_weight``, ``fusion``, ``rank_constant``,
-        ``rerank``, ``rerank_model``, ``retrieval_k``, ``top_k``, ``auto_direct_max``,
-        ``auto_rerank_min``, ``group_by``, ``group_score``, and the score thresholds ``min_score``,
-        ``min_relative_score``, ``min_vector_score``, ``min_keyword_score``). Relative paths are relative to the working directory.
+        ``fields`` (``{name: type}``), ``require_scope``, and every search option of
+        :data:`~fastrag.settings.OPTIONS` (``mode``, ``top_k``, ``candidate_k``, ``fusion``, ``rerank``, ...,
+        ``on_branch_error``; the aliases ``search_mode`` and ``retrieval_k`` too). Relative paths are relative
+        to the working directory.
 
         Raises:
             ConfigurationError: an unknown key (the message lists the known ones), a value of the wrong type,
@@ -640,7 +672,7 @@ class KnowledgeBase:
         """
         if not isinstance(config, Mapping):
             raise ConfigurationError(f"knowledge base configuration must be a mapping, got {config!r}")
-        setting_names = [f.name for f in dataclass_fields(SearchSettings)]
+        setting_names = [*(o.name for o in OPTIONS), *ALIASES]
         known = [*_CONFIG_KEYS, *setting_names]
         unknown = sorted(set(config) - set(known))
         if unknown:
@@ -663,7 +695,6 @@ class KnowledgeBase:
             fields=config.get("fields"),
             settings=settings,
             require_scope=config.get("require_scope", False),
-            on_branch_error=config.get("on_branch_error", "raise"),
         )
 
     @classmethod
@@ -708,13 +739,15 @@ class KnowledgeBase:
             stack = AsyncExitStack()
             try:
                 embedder = self._embedder_spec
-                if embedder is None or isinstance(embedder, str):
+                if embedder is False:  # keyword search only
+                    embedder = None
+                elif embedder is None or isinstance(embedder, str):
                     embedder = await stack.enter_async_context(open_embedder(embedder))
-                name = getattr(embedder, "name", None)
+                name = embedder.name if embedder is not None else None
                 store = self._store_spec
                 if isinstance(store, str):
                     store = await stack.enter_async_context(open_store(store, embedding_model=name))
-                else:
+                elif embedder is not None:
                     recorded = getattr(store, "embedding_model", None)
                     if isinstance(recorded, str) and isinstance(name, str) and recorded != name:
                         raise ConfigurationError(
@@ -771,6 +804,11 @@ class KnowledgeBase:
         return self._embedder
 
     @property
+    def on_branch_error(self) -> str:
+        """What a failed hybrid branch does by default: ``"raise"`` or ``"partial"`` (the settings' value)."""
+        return self.settings.on_branch_error or "raise"
+
+    @property
     def fields(self) -> Mapping[str, str] | None:
         """The declared fields with the built-in ones (``"tenant"``: a str or an int), or ``None``."""
         return None if self._fields is None else MappingProxyType(self._fields)
@@ -779,7 +817,7 @@ class KnowledgeBase:
         return self._lexical is not None and self._lexical is not self._store
 
     def _views(
-        self, user_id: Any, agent_id: Any, scope: Any, *, filter: Any = None  # noqa: A002
+        self, user_id: Any, agent_id: Any, scope: Any, *, filter: Any = None
     ) -> tuple[_ScopedStore, _ScopedStore | None]:
         tenant = _scope_of(user_id, agent_id, scope)
         if self.require_scope and not tenant:
@@ -796,7 +834,7 @@ class KnowledgeBase:
         lexical = _ScopedStore(self._lexical, tenant, tenant_keys=keys) if self._separate_lexical() else None
         return vector, lexical
 
-    def _filter(self, filter: FilterLike | Any | None) -> Any:  # noqa: A002
+    def _filter(self, filter: FilterLike | Any | None) -> Any:
         if filter is None:
             return None
         if isinstance(filter, bytes | bytearray):  # JSON text as bytes: parsed like a JSON string
@@ -941,7 +979,7 @@ class KnowledgeBase:
         self,
         *,
         ids: Sequence[str] | None = None,
-        filter: FilterLike | None = None,  # noqa: A002
+        filter: FilterLike | None = None,
         user_id: str | int | None = None,
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
@@ -996,7 +1034,7 @@ class KnowledgeBase:
     async def count(
         self,
         *,
-        filter: FilterLike | None = None,  # noqa: A002
+        filter: FilterLike | None = None,
         user_id: str | int | None = None,
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
@@ -1037,6 +1075,8 @@ class KnowledgeBase:
             name = getattr(self._embedder, "name", None)
             return name if isinstance(name, str) else None
         spec = self._embedder_spec
+        if spec is False:
+            return None
         if spec is not None and not isinstance(spec, str):
             name = getattr(spec, "name", None)
             return name if isinstance(name, str) else None
@@ -1054,7 +1094,7 @@ class KnowledgeBase:
         self,
         query: str,
         *,
-        filter: FilterLike | None = None,  # noqa: A002
+        filter: FilterLike | None = None,
         user_id: str | int | None = None,
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
@@ -1105,7 +1145,7 @@ class KnowledgeBase:
         self,
         query: str,
         *,
-        filter: FilterLike | None = None,  # noqa: A002
+        filter: FilterLike | None = None,
         user_id: str | int | None = None,
         agent_id: str | int | None = None,
         scope: Mapping[str, str | int] | None = None,
@@ -1143,7 +1183,29 @@ class KnowledgeBase:
             failed_branches=result.failed_branches,
             partial=result.partial,
             timings=result.timings,
+            zero_vector_branches=result.zero_vector_branches,
+            incomplete=result.incomplete,
+            skipped_branches=result.skipped_branches,
         )
+
+    def as_retriever(
+        self,
+        *,
+        user_id: str | int | None = None,
+        agent_id: str | int | None = None,
+        scope: Mapping[str, str | int] | None = None,
+        **settings: Any,
+    ) -> KnowledgeBaseRetriever:
+        """This knowledge base as a :class:`~fastrag.protocols.Retriever`: ``retrieve(query, k=, filter=)``
+        is :meth:`search` with ``top_k=k``, these settings and this scope (for
+        :class:`~fastrag.querying.QueryEngine`, the framework adapters, any code that takes a retriever).
+
+        Raises:
+            UnknownParameterError: a keyword argument is not a setting.
+            InvalidParameterError: an invalid setting or scope.
+        """
+        SearchSettings.from_mapping(settings)  # refused now, not at the first question
+        return KnowledgeBaseRetriever(self, _scope_of(user_id, agent_id, scope), dict(settings))
 
     def as_tool(
         self,
@@ -1202,8 +1264,9 @@ class KnowledgeBase:
     # ---------------------------------------------------------------------------------- planning
 
     async def _plan(
-        self, query: Any, filter: Any, user_id: Any, agent_id: Any, scope: Any, request: Mapping[str, Any]  # noqa: A002
+        self, query: Any, filter: Any, user_id: Any, agent_id: Any, scope: Any, request: Mapping[str, Any]
     ) -> _Plan:
+        from fastrag.planning import plan_search
         from fastrag.retrieval._validation import check_query
 
         check_query(query)
@@ -1211,88 +1274,10 @@ class KnowledgeBase:
         node = self._filter(filter)
         await self._opened()
         vector_view, lexical_view = self._views(user_id, agent_id, scope, filter=node)
-        lexical_view = lexical_view or vector_view
-        mode = settings.search_mode
-        corpus_size: int | None = None
-        candidate_k = settings.retrieval_k
-        rerank = settings.rerank
-        if mode == "auto":
-            try:
-                corpus_size = await vector_view.count(filter=node)
-            except (InvalidParameterError, FilterError):
-                raise  # a mistake in the call, raised as every mode raises it
-            except Exception as exc:  # noqa: BLE001 - the store failed: a failure of retrieval, reported as such
-                return _Plan(retriever=_Unplanned(exc), settings=settings, strategy="auto", corpus_size=None,
-                             filter=node, scope_filter=vector_view.confine(None))  # fmt: skip
-            rerank_explicit = settings.origin("rerank") != "default"
-            if corpus_size <= settings.auto_direct_max:
-                mode = "direct"  # exact: each branch returns the whole (scoped, filtered) corpus it matches
-                candidate_k = min(max(corpus_size, 1), MAX_K)
-            else:
-                mode = "hybrid"
-                if corpus_size >= settings.auto_rerank_min and not rerank_explicit:
-                    if settings.rerank_model is not None:
-                        rerank = True
-                    elif settings.origin("retrieval_k") == "default":
-                        settings = replace(settings, retrieval_k=max(AUTO_WIDE_RETRIEVAL_K, settings.top_k))
-            if rerank and settings.retrieval_k < settings.top_k:
-                settings = replace(settings, retrieval_k=settings.top_k)
-            if mode == "hybrid":
-                candidate_k = settings.retrieval_k
-        if mode in ("keyword", "hybrid", "direct") and not callable(getattr(lexical_view, "search_text", None)):
-            raise ConfigurationError(
-                f"search_mode {mode!r} needs BM25, which {self._lexical!r} does not have; configure a lexical_store"
-            )
-        retriever = self._first_stage(mode, settings, vector_view, lexical_view, candidate_k=candidate_k,
-                                      final_min_score=None if rerank else settings.min_score)  # fmt: skip
-        strategy = mode
-        if rerank:
-            from fastrag.retrieval.reranking import RerankingRetriever
-
-            reranker = await self._reranker(settings.rerank_model)
-            retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=settings.retrieval_k,
-                                           min_score=settings.min_score)  # fmt: skip
-            strategy = f"{mode}+rerank"
-        if settings.group_by is not None:
-            from fastrag.retrieval.grouping import GroupingRetriever
-
-            retriever = GroupingRetriever(retriever, group_by=settings.group_by, score=settings.group_score)  # type: ignore[arg-type]
-            strategy = f"{strategy}+group"
-        scope_filter = vector_view.confine(None)
-        return _Plan(retriever=retriever, settings=settings, strategy=strategy, corpus_size=corpus_size,
-                     filter=node, scope_filter=scope_filter)  # fmt: skip
-
-    def _first_stage(
-        self, mode: str, settings: ResolvedSearchSettings, vector: Any, lexical: Any, *, candidate_k: int,
-        final_min_score: float | None = None,
-    ) -> Any:
-        """The first stage for ``mode``; ``"hybrid"`` and ``"direct"`` are the same fusion, ``"direct"`` with
-        ``candidate_k`` = the corpus size (so each branch returns every chunk it matches). Each branch cuts at
-        its own threshold (``min_vector_score``, ``min_keyword_score``); a single-branch mode also at
-        ``final_min_score`` (``min_score`` when no reranker follows); fusion at ``min_relative_score``."""
-        from fastrag.retrieval.bm25 import BM25Retriever
-        from fastrag.retrieval.fusion import ReciprocalRankFusion, WeightedScoreFusion
-        from fastrag.retrieval.hybrid import HybridRetriever
-        from fastrag.retrieval.thresholds import strictest
-        from fastrag.retrieval.vector import VectorRetriever
-
-        min_vector = settings.min_vector_score
-        min_keyword = settings.min_keyword_score
-        if mode == "vector":
-            return VectorRetriever(vector_store=vector, embedder=self._embedder,
-                                   min_score=strictest(final_min_score, min_vector))  # fmt: skip
-        if mode == "keyword":
-            return BM25Retriever(store=lexical, min_score=strictest(final_min_score, min_keyword))
-        weights = {"vector": float(settings.vector_weight), "bm25": float(settings.keyword_weight)}
-        fusion: Any
-        if settings.fusion == "rrf":
-            fusion = ReciprocalRankFusion(rank_constant=settings.rank_constant, weights=weights)
-        else:
-            fusion = WeightedScoreFusion(weights, normalization="min_max")
-        branches = {"vector": VectorRetriever(vector_store=vector, embedder=self._embedder, min_score=min_vector),
-                    "bm25": BM25Retriever(store=lexical, min_score=min_keyword)}  # fmt: skip
-        return HybridRetriever(branches, fusion=fusion, candidate_k=candidate_k, on_branch_error=self.on_branch_error,  # type: ignore[arg-type]
-                               min_relative_score=settings.min_relative_score)  # fmt: skip
+        plan = await plan_search(settings, vector_store=vector_view, lexical_store=lexical_view,
+                                 embedder=self._embedder, reranker_for=self._reranker, filter=node)  # fmt: skip
+        return _Plan(retriever=plan.retriever, settings=plan.settings, strategy=plan.strategy,
+                     corpus_size=plan.corpus_size, filter=node, scope_filter=vector_view.confine(None))  # fmt: skip
 
     async def _reranker(self, spec: Any) -> Reranker:
         if not isinstance(spec, str):
@@ -1328,18 +1313,38 @@ class KnowledgeBase:
         )
 
 
-class _Unplanned:
-    """The retriever of a plan that could not be made (``"auto"``'s corpus count failed): it raises that
-    failure, so :meth:`KnowledgeBase.search` raises it and :meth:`KnowledgeBase.search_result` reports it
-    (``retrieval_failed``, logged once) exactly as a store failure in any other mode."""
+class KnowledgeBaseRetriever:
+    """A :class:`~fastrag.protocols.Retriever` over a knowledge base's search (see
+    :meth:`KnowledgeBase.as_retriever`)."""
 
-    name = "auto"
+    name = "knowledge_base"
 
-    def __init__(self, error: Exception) -> None:
-        self.error = error
+    def __init__(self, knowledge_base: KnowledgeBase, scope: Mapping[str, str | int], settings: Mapping[str, Any]) -> None:
+        self.knowledge_base = knowledge_base
+        self.scope = MappingProxyType(dict(scope))
+        self.settings = MappingProxyType(dict(settings))
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: Any = None) -> list[Document]:  # noqa: A002
-        raise self.error
+    async def retrieve(self, query: str, *, k: int = 10, filter: Any = None, offset: int = 0) -> list[Document]:
+        """:meth:`KnowledgeBase.search` for ``query`` with ``top_k=k`` (see there for the errors)."""
+        return await self.knowledge_base.search(query, filter=filter, scope=dict(self.scope) or None, offset=offset,
+                                                **{**self.settings, "top_k": k})  # fmt: skip
+
+    async def retrieve_result(
+        self, query: str, *, k: int = 10, filter: Any = None, offset: int = 0
+    ) -> RetrievalResult:
+        """:meth:`KnowledgeBase.search_result` as a :class:`~fastrag.retrieval.result.RetrievalResult`."""
+        from fastrag.retrieval.result import RetrievalResult
+
+        response = await self.knowledge_base.search_result(
+            query, filter=filter, scope=dict(self.scope) or None, offset=offset, **{**self.settings, "top_k": k}
+        )
+        return RetrievalResult(documents=response.documents, error=response.error,
+                               failed_branches=response.failed_branches, partial=response.partial,
+                               timings=response.timings, zero_vector_branches=response.zero_vector_branches,
+                               incomplete=response.incomplete, skipped_branches=response.skipped_branches)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"KnowledgeBaseRetriever({self.knowledge_base!r}, scope={dict(self.scope)!r}, settings={dict(self.settings)!r})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ Scores: every search returns documents best first, stamped (on copies) with ``me
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,7 @@ __all__ = [
     "Retriever",
     "SupportsGet",
     "SupportsLanguageConfidence",
+    "SupportsLanguages",
     "VectorStore",
 ]
 
@@ -238,6 +239,21 @@ class SupportsLanguageConfidence(Protocol):
         Each confidence is in [0, 1], higher is likelier; together they sum to 1, or are all 0 when the
         detector cannot tell (no letters). Synchronous and thread-safe, like :meth:`LanguageDetector.detect`.
         """
+        ...
+
+
+@runtime_checkable
+class SupportsLanguages(Protocol):
+    """A :class:`LexicalStore` that analyses text itself and records the language each document was analysed
+    in (optional capability: the SQLite store), so a question's language can be detected among them."""
+
+    analyzer: Any
+    """The store's own :class:`~fastrag.analysis.Analyzer` (its ``language``: the store's language, or
+    ``None``)."""
+
+    async def languages(self) -> Sequence[str]:
+        """The language codes the store's documents were analysed in; ``""`` for documents analysed by the
+        store's own analyzer."""
         ...
 
 

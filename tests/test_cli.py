@@ -305,7 +305,7 @@ def test_vector_mode_finds_a_file_by_meaning_without_a_shared_word(in_index: Pat
 
 def test_search_json_has_the_documented_shape(in_index: Path) -> None:
     payload = search_json("field report", "--mode", "keyword", "--top-k", "3")
-    assert set(payload) == {"query", "mode", "rerank", "zero_vector_branches", "skipped_branches", "thresholds",
+    assert set(payload) == {"query", "mode", "rerank", "strategy", "settings", "zero_vector_branches", "skipped_branches", "thresholds",
                             "documents", "incomplete"}
     assert payload["incomplete"] == {} and payload["skipped_branches"] == {} and payload["thresholds"] == {}
     assert payload["zero_vector_branches"] == []
@@ -495,7 +495,7 @@ def test_invalid_regex_exits_1_and_never_returns_unfiltered_results(in_index: Pa
 def test_invalid_top_k_exits_1(in_index: Path) -> None:
     result = cli("search", "lava", "--top-k", "0")
     assert result.exit_code == 1
-    assert "k must be a positive int" in result.stderr
+    assert "top_k must be an int >= 1" in result.stderr
 
 
 def test_unknown_store_scheme_exits_1_naming_it(in_index: Path) -> None:

@@ -79,9 +79,20 @@ def test_toml_tables_other_than_fastrag_are_ignored(tmp_path: Path) -> None:
 
 
 def test_unknown_toml_key_is_an_error_naming_it(tmp_path: Path) -> None:
-    write_toml(tmp_path / "fastrag.toml", '[fastrag]\nstore = "x.db"\ntop_k = 5\n')
-    with pytest.raises(ConfigurationError, match="top_k"):
+    write_toml(tmp_path / "fastrag.toml", '[fastrag]\nstore = "x.db"\ntop_kk = 5\n')
+    with pytest.raises(ConfigurationError, match="top_kk"):
         load_settings(env={})
+
+
+def test_every_search_option_reads_from_toml_and_its_fastrag_variable(tmp_path: Path) -> None:
+    write_toml(tmp_path / "fastrag.toml", '[fastrag]\ntop_k = 5\ncandidate_k = 90\ninclude_glob = ["docs/**"]\n')
+    search = load_settings(env={"FASTRAG_CANDIDATE_K": "70", "FASTRAG_FUSION": "rrf", "FASTRAG_LANGUAGE": "RU"}).search
+    assert (search.top_k, search.candidate_k, search.include_glob, search.fusion, search.language) == (
+        5, 70, ("docs/**",), "rrf", "ru")  # the variable wins over the file; the language code is normalised
+    with pytest.raises(ConfigurationError, match=r"candidate_k \(FASTRAG_CANDIDATE_K\)"):
+        load_settings(env={"FASTRAG_CANDIDATE_K": "many"})
+    with pytest.raises(ConfigurationError, match="normalization"):
+        load_settings(env={"FASTRAG_NORMALIZATION": "l2"})
 
 
 @pytest.mark.parametrize("source", ["toml", "env", "override"])

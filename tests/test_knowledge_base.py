@@ -77,13 +77,17 @@ def test_resolution_takes_request_then_knowledge_base_then_defaults() -> None:
     assert (resolved.top_k, resolved.origin("top_k")) == (3, "request")
     assert (resolved.search_mode, resolved.origin("search_mode")) == ("keyword", "knowledge_base")
     assert (resolved.vector_weight, resolved.origin("vector_weight")) == (0.5, "knowledge_base")
-    assert (resolved.keyword_weight, resolved.origin("keyword_weight")) == (0.3, "default")
+    # a weight set nowhere comes from the embedder's row of fastrag.defaults (an unnamed embedder: the
+    # dense models' row, z-score BM25 0.55), the table HybridRetriever(fusion=None) reads too
+    assert (resolved.keyword_weight, resolved.origin("keyword_weight")) == (0.55, "default:embedder")
     assert resolve_settings(SearchSettings(search_mode="vector"), kb).search_mode == "vector"
-    # the system defaults the issue names: hybrid, weighted 0.7 dense / 0.3 full text, 20 results
+    # the system defaults: hybrid, weighted fusion, 20 results; the fusion's numbers from the embedder's row
     plain = resolve_settings()
-    assert (plain.search_mode, plain.fusion, plain.vector_weight, plain.keyword_weight, plain.top_k) == (
-        "hybrid", "weighted", 0.7, 0.3, 20)
-    assert all(plain.origin(name) == "default" for name in plain.origins)
+    assert (plain.mode, plain.fusion, plain.top_k) == ("hybrid", "weighted", 20)
+    assert (plain.normalization, plain.vector_weight, plain.keyword_weight, plain.candidate_k) == (
+        "z_score", 0.45, 0.55, 200)
+    measured = {"normalization", "vector_weight", "keyword_weight", "candidate_k"}
+    assert all(plain.origin(name) == ("default:embedder" if name in measured else "default") for name in plain.origins)
 
 
 async def test_search_honours_the_precedence_order() -> None:
@@ -149,9 +153,12 @@ async def test_invalid_settings_are_rejected(settings, error) -> None:
 
 
 def test_retrieval_k_from_defaults_is_raised_to_top_k_when_reranking() -> None:
-    resolved = resolve_settings(SearchSettings(rerank=True, rerank_model="embedder", top_k=60))
-    assert resolved.retrieval_k == 60
-    assert SYSTEM_DEFAULTS.retrieval_k == 40
+    resolved = resolve_settings(SearchSettings(rerank=True, rerank_model="embedder", top_k=60),
+                                embedder_name="static-minilm-d256")  # fmt: skip
+    assert resolved.retrieval_k == resolved.candidate_k == 60  # the shipped model's default, 40, is raised
+    assert resolve_settings(embedder_name="static-minilm-d256").candidate_k == 40
+    with pytest.raises(InvalidParameterError, match="candidate_k >= top_k"):
+        resolve_settings(SearchSettings(rerank=True, rerank_model="embedder", top_k=60, retrieval_k=50))
 
 
 async def test_search_result_reports_a_failed_store_and_search_raises() -> None:
@@ -499,8 +506,10 @@ def test_from_config_builds_settings_and_rejects_unknown_keys(tmp_path: Path) ->
                     '[knowledge_base.fields]\nyear = "long"\n')  # fmt: skip
     kb = KnowledgeBase.from_toml(path)
     assert kb.resolve().search_mode == "auto" and kb.resolve().vector_weight == 0.2
-    path.write_text('[knowledge_base]\nmode = "auto"\n')
-    with pytest.raises(ConfigurationError, match="mode"):
+    path.write_text('[knowledge_base]\nmode = "auto"\ncandidate_k = 7\n')  # the canonical names
+    assert (KnowledgeBase.from_toml(path).resolve().mode, KnowledgeBase.from_toml(path).resolve().retrieval_k) == ("auto", 7)
+    path.write_text('[knowledge_base]\nmodes = "auto"\n')
+    with pytest.raises(ConfigurationError, match="modes"):
         KnowledgeBase.from_toml(path)
     path.write_text("[other]\n")
     with pytest.raises(ConfigurationError, match="no \\[knowledge_base\\]"):
@@ -559,12 +568,12 @@ def test_default_weights_follow_the_measured_table_for_shipped_static_models() -
         assert request.origin("vector_weight") == "default:embedder"
         kb = resolve_settings(None, SearchSettings(vector_weight=0.7, keyword_weight=0.3), embedder_name=name)
         assert (kb.vector_weight, kb.keyword_weight, kb.origin("vector_weight")) == (0.7, 0.3, "knowledge_base")
-    # any other embedder (or none known): the system defaults
+    # any other embedder (or none known): the dense models' row, as HybridRetriever(fusion=None) fuses
     for name in ("some-other-model", None):
         other = resolve_settings(embedder_name=name)
-        assert (other.vector_weight, other.keyword_weight) == (SYSTEM_DEFAULTS.vector_weight,
-                                                               SYSTEM_DEFAULTS.keyword_weight)  # fmt: skip
-        assert other.origin("keyword_weight") == "default"
+        assert (other.vector_weight, other.keyword_weight, other.normalization, other.candidate_k) == (
+            0.45, 0.55, "z_score", 200)
+        assert other.origin("keyword_weight") == "default:embedder"
 
 
 async def test_a_knowledge_base_with_the_shipped_model_fuses_with_the_measured_weights() -> None:
@@ -585,8 +594,8 @@ async def test_a_knowledge_base_with_the_shipped_model_fuses_with_the_measured_w
         system = await kb.search(query, keyword_weight=0.3, vector_weight=0.7)
         assert [d.score for d in system] != [d.score for d in explicit]  # the weights reached the fusion
     async with KnowledgeBase("sqlite:///:memory:", embedder=NamedEmbedder()) as other:
-        assert other.resolve().origin("keyword_weight") == "default"
-        assert other.resolve().vector_weight == 0.7
+        assert other.resolve().origin("keyword_weight") == "default:embedder"
+        assert (other.resolve().vector_weight, other.resolve().normalization) == (0.45, "z_score")
 
 
 # ----------------------------------------------------------------------------- auto: direct strategy

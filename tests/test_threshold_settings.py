@@ -242,7 +242,9 @@ async def test_knowledge_base_settings_and_requests_reach_the_thresholds(store) 
             await kb.search("solar energy", search_mode="hybrid")
         with pytest.raises(InvalidParameterError, match="min_relative_score"):
             await kb.search("solar energy", min_relative_score=0.5)  # keyword mode: no fusion
-    async with KnowledgeBase(store, embedder=HashingEmbedder()) as kb:  # hybrid, weighted 0.7 dense / 0.3 BM25
+    # hybrid, weighted min-max 0.7 dense / 0.3 BM25 (set here: the embedder's measured default is z-score 0.55 BM25)
+    fixed = SearchSettings(vector_weight=0.7, keyword_weight=0.3, normalization="min_max")
+    async with KnowledgeBase(store, embedder=HashingEmbedder(), settings=fixed) as kb:
         assert [d.id for d in await kb.search("solar energy", top_k=4)] == ["b", "a", "c", "d"]
         hybrid = await kb.search("solar energy", top_k=4, min_relative_score=0.4)
         assert [d.id for d in hybrid] == ["b", "a"]
@@ -269,7 +271,8 @@ def test_knowledge_base_refuses_thresholds_that_cannot_apply_or_are_not_numbers(
 
 @pytest.mark.anyio
 async def test_as_tool_applies_the_thresholds_it_is_given(store) -> None:
-    async with KnowledgeBase(store, embedder=HashingEmbedder()) as kb:
+    fixed = SearchSettings(vector_weight=0.7, keyword_weight=0.3, normalization="min_max")
+    async with KnowledgeBase(store, embedder=HashingEmbedder(), settings=fixed) as kb:
         everything = await kb.as_tool(search_mode="keyword")({"query": "solar energy", "top_k": 4})
         assert [r["id"] for r in everything] == ["b", "c", "a"]
         tool = kb.as_tool(search_mode="keyword", min_score=1.0)

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 from fastrag.analysis import language_code
-from fastrag.config import Settings, build_retriever, new_store_analyzer, open_embedder, open_reranker, open_stores
+from fastrag.config import (
+    Settings,
+    build_retriever,
+    new_store_analyzer,
+    open_embedder,
+    open_reranker,
+    open_stores,
+)
 from fastrag.errors import ConfigurationError, IngestionError
 from fastrag.evaluation.beir import BeirDataset, load_beir
 from fastrag.evaluation.metrics import evaluate
@@ -164,10 +171,13 @@ async def evaluate_beir(
                 if lexical is not store or mode == "keyword":
                     await lexical.upsert(batch, embeddings=embeddings if lexical is store else None)
                 tick("index", start + len(batch), len(docs))
-            retriever = build_retriever(mode, store=store, embedder=retrieval_embedder, lexical_store=lexical,
-                                        language=language)
+            reranker = None
             if rerank != "none":
-                retriever = await stack.enter_async_context(_reranking(retriever, rerank, rerank_model, embedding_model, top_k))
+                reranker = await stack.enter_async_context(
+                    open_reranker(rerank, rerank_model, embedding_model=embedding_model)
+                )
+            retriever = build_retriever(mode, store=store, embedder=retrieval_embedder, lexical_store=lexical,
+                                        language=language, reranker=reranker, rerank_candidate_k=top_k)
             answered = 0
 
             def query_done() -> None:
@@ -182,14 +192,3 @@ async def evaluate_beir(
         if owned and base_embedder is not None:
             await base_embedder.aclose()
     return evaluate(run, dataset.qrels, ks=(10, 100))
-
-
-@asynccontextmanager
-async def _reranking(
-    retriever: Any, rerank: str, rerank_model: str | None, embedding_model: str | None, top_k: int
-) -> AsyncIterator[Any]:
-    """``retriever`` wrapped in a :class:`RerankingRetriever` over ``top_k`` candidates; closes the reranker."""
-    from fastrag.retrieval.reranking import RerankingRetriever
-
-    async with open_reranker(rerank, rerank_model, embedding_model=embedding_model) as reranker:
-        yield RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=top_k)

@@ -16,29 +16,47 @@ from typing import Any, Literal, TypeAlias
 import anyio
 
 from fastrag.analysis import primary_language
+from fastrag.defaults import (
+    DENSE_MODEL_CANDIDATE_K,
+    DENSE_MODEL_LEXICAL_WEIGHT,
+    LEXICAL_WEIGHT_BY_EMBEDDER,
+    STATIC_MODEL_CANDIDATE_K,
+    hybrid_defaults,
+)
 from fastrag.deferred import DEFER_ROWS_FOR, defers_rows
 from fastrag.errors import InvalidParameterError, RetrievalTimeoutError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
 from fastrag.protocols import RankFusion, Retriever
-from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
+from fastrag.retrieval._validation import (
+    check_k,
+    check_positive_int,
+    check_query,
+    fetch_limit,
+)
 from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import WeightedScoreFusion
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.pagination import check_offset
-from fastrag.retrieval.result import ReturnsResult, record_branch_failure, record_skipped, stage, timed
+from fastrag.retrieval.result import (
+    ReturnsResult,
+    record_branch_failure,
+    record_skipped,
+    stage,
+    timed,
+)
 from fastrag.retrieval.thresholds import check_min_relative_score, keep_relative
 from fastrag.retrieval.vector import VectorRetriever
 
 __all__ = [
+    "DENSE_MODEL_CANDIDATE_K",
     "DENSE_MODEL_LEXICAL_WEIGHT",
     "EMBEDDER_LANGUAGES",
-    "SkippedBranchWarning",
     "LEXICAL_WEIGHT_BY_EMBEDDER",
-    "BranchErrorPolicy",
-    "DENSE_MODEL_CANDIDATE_K",
     "STATIC_MODEL_CANDIDATE_K",
+    "BranchErrorPolicy",
     "HybridRetriever",
+    "SkippedBranchWarning",
     "default_candidate_k",
     "default_fusion",
     "embedder_languages",
@@ -49,40 +67,6 @@ logger = logging.getLogger("fastrag.retrieval")
 
 BranchErrorPolicy: TypeAlias = Literal["raise", "partial"]
 _POLICIES = ("raise", "partial")
-
-
-LEXICAL_WEIGHT_BY_EMBEDDER: Mapping[str, float] = MappingProxyType(
-    {"static-minilm-d256": 0.9, "static-minilm-d64": 0.9}
-)
-"""BM25's share of the default min-max fusion when the dense branch uses one of these embedders.
-
-Evidence (``benchmarks/fusion_defaults.py``, tables in ``docs/quality.md``): with the shipped static
-models the dense branch is far weaker than BM25 (SciFact nDCG@10 0.396 against 0.688), so equal weights
-lose 6 points; BM25 0.9 / dense 0.1 on min-max scores is at least as good as BM25 alone on SciFact
-(0.694) and XQuAD-en (0.967 against 0.965). Other embedders get :data:`DENSE_MODEL_LEXICAL_WEIGHT` with
-z-score normalisation."""
-
-DENSE_MODEL_LEXICAL_WEIGHT = 0.55
-"""BM25's share of the default z-score fusion when the dense branch uses any other embedder.
-
-Evidence (``benchmarks/fusion_defaults.py``, ``benchmarks/results/fusion_defaults_minilm.md``, tables in
-``docs/quality.md``): tuned on SciFact's 809 train queries with all-MiniLM-L6-v2 over normalisation
-(min-max, z-score, DBSF) or RRF (rank_constant 10-100), BM25 weight 0.30-0.70 and ``candidate_k``
-20-200, the best train cell (0.7354) is z-score, BM25 0.55, ``candidate_k=200``. On the 300 test queries
-it scores 0.7344 (min-max equal weights at ``candidate_k=40``, the previous default: 0.7247; BM25 alone
-0.6878), and 0.9785 on XQuAD-en (BM25 alone 0.9649)."""
-
-
-STATIC_MODEL_CANDIDATE_K = 40
-"""Per-branch candidates by default when the dense branch uses a shipped static model.
-
-Evidence (``benchmarks/results/fusion_defaults_d256_candidate_k.md``): on SciFact's train queries the best
-cells use 20-40 candidates; 200 adds nothing there (train 0.7017 against 0.7029 at 40) and costs five times
-the documents per branch to fetch and fuse."""
-
-DENSE_MODEL_CANDIDATE_K = 200
-"""Per-branch candidates by default for any other dense embedder: the train-best cell with
-:data:`DENSE_MODEL_LEXICAL_WEIGHT` (with 40: 0.001 lower on SciFact train, 0.007 on test)."""
 
 
 EMBEDDER_LANGUAGES: Mapping[str, frozenset[str]] = MappingProxyType(
@@ -147,21 +131,16 @@ def _detected_coverage(branches: Mapping[str, Retriever]) -> tuple[Any, frozense
     return None if covered is None else (detector, covered)
 
 
-def _static_weight(branches: Mapping[str, Retriever] | None) -> float | None:
-    """BM25's measured weight when the branches are one BM25 and one dense branch over a shipped static model."""
-    if branches is None or set(branches) != {"bm25", "vector"}:
-        return None
-    embedder_name = getattr(getattr(branches["vector"], "embedder", None), "name", None)
-    return LEXICAL_WEIGHT_BY_EMBEDDER.get(embedder_name) if isinstance(embedder_name, str) else None
-
-
 def default_candidate_k(branches: Mapping[str, Retriever] | None = None) -> int:
     """The per-branch candidate count :class:`HybridRetriever` uses when none is given, chosen by measurement.
 
     :data:`STATIC_MODEL_CANDIDATE_K` (40) for one ``"bm25"`` and one ``"vector"`` branch whose embedder is a
     shipped static model; :data:`DENSE_MODEL_CANDIDATE_K` (200) otherwise.
     """
-    return STATIC_MODEL_CANDIDATE_K if _static_weight(branches) is not None else DENSE_MODEL_CANDIDATE_K
+    if branches is None or set(branches) != {"bm25", "vector"}:
+        return DENSE_MODEL_CANDIDATE_K
+    name = getattr(getattr(branches["vector"], "embedder", None), "name", None)
+    return hybrid_defaults(name if isinstance(name, str) else None).candidate_k
 
 
 def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusion:
@@ -183,11 +162,10 @@ def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusio
         A new fusion object (never shared between calls).
     """
     if branches is not None and set(branches) == {"bm25", "vector"}:
-        weight = _static_weight(branches)
-        if weight is not None:
-            return WeightedScoreFusion({"bm25": weight, "vector": 1.0 - weight}, normalization="min_max")
-        dense = round(1.0 - DENSE_MODEL_LEXICAL_WEIGHT, 10)
-        return WeightedScoreFusion({"bm25": DENSE_MODEL_LEXICAL_WEIGHT, "vector": dense}, normalization="z_score")
+        name = getattr(getattr(branches["vector"], "embedder", None), "name", None)
+        table = hybrid_defaults(name if isinstance(name, str) else None)
+        return WeightedScoreFusion({"bm25": table.keyword_weight, "vector": table.vector_weight},
+                                   normalization=table.normalization)  # fmt: skip
     return WeightedScoreFusion(normalization="min_max")
 
 
@@ -219,7 +197,11 @@ class HybridRetriever(ReturnsResult):
             can reach it. There is no absolute threshold on fused scores, which measure rank or per-query
             normalised score, not relevance: set ``min_score`` on a branch instead (it cuts that branch's
             list before fusion). See :mod:`fastrag.retrieval.thresholds`.
-        skip_uncovered: with the default fusion (``fusion=None``), do not run a dense branch whose
+        branch_candidate_k: per-branch candidate counts that replace ``candidate_k`` for the branches named
+            (``{"bm25": 100}``); the fusion then normalises (or ranks) each list over its first
+            ``max(candidate_k, *branch_candidate_k.values())`` documents.
+        skip_uncovered: ``None`` (default): as ``True`` with the default fusion (``fusion=None``), as
+            ``False`` with any other. ``True``: do not run a dense branch whose
             embedder does not cover the language of the questions (:func:`uncovered_dense_branches`: the
             BM25 branch has a fixed ``language`` that is not among :func:`embedder_languages`): ranked by
             BM25 alone, the result names the branch in ``skipped_branches``, and a
@@ -234,7 +216,9 @@ class HybridRetriever(ReturnsResult):
         InvalidParameterError: ``min_relative_score`` is not ``None`` or a finite number > 0; no retrievers; a branch lacks ``retrieve``; a mapping key is not a
             non-empty str; ``candidate_k`` is not a positive int; ``limits`` is not a ``RetrievalLimits``; ``fusion`` lacks
             ``fuse``; the fusion's weights do not fit the branches; ``branch_timeout`` is not a finite
-            number > 0; ``on_branch_error`` is unknown.
+            number > 0; ``on_branch_error`` is unknown; ``branch_candidate_k`` names an unknown branch or a
+            count that is not a positive int; ``skip_uncovered=True`` with a fusion other than
+            :class:`~fastrag.retrieval.fusion.WeightedScoreFusion`.
     """
 
     name = "hybrid"
@@ -249,7 +233,8 @@ class HybridRetriever(ReturnsResult):
         on_branch_error: BranchErrorPolicy = "raise",
         limits: RetrievalLimits = DEFAULT_LIMITS,
         min_relative_score: float | None = None,
-        skip_uncovered: bool = True,
+        skip_uncovered: bool | None = None,
+        branch_candidate_k: Mapping[str, int] | None = None,
     ) -> None:
         self._min_relative_score = check_min_relative_score(min_relative_score)
         if isinstance(retrievers, Mapping):
@@ -278,8 +263,17 @@ class HybridRetriever(ReturnsResult):
             raise InvalidParameterError(f"branch_timeout must be None or a finite number > 0, got {branch_timeout!r}")
         if on_branch_error not in _POLICIES:
             raise InvalidParameterError(f"on_branch_error must be one of {_POLICIES}, got {on_branch_error!r}")
-        skipped = uncovered_dense_branches(branches) if fusion is None and skip_uncovered is True else {}
-        detect = _detected_coverage(branches) if fusion is None and skip_uncovered is True else None
+        skip = fusion is None if skip_uncovered is None else skip_uncovered is True
+        if skip and fusion is not None and not isinstance(fusion, WeightedScoreFusion):
+            raise InvalidParameterError("skip_uncovered=True needs a WeightedScoreFusion (or fusion=None): the branches "
+                                        "that run are fused with its normalisation")  # fmt: skip
+        per_branch = dict(branch_candidate_k or {})
+        for key, value in per_branch.items():
+            if key not in branches:
+                raise InvalidParameterError(f"branch_candidate_k names no branch {key!r}; branches: {list(branches)}")
+            check_positive_int(value, f"branch_candidate_k[{key!r}]")
+        skipped = uncovered_dense_branches(branches) if skip else {}
+        detect = _detected_coverage(branches) if skip else None
         for name, why in skipped.items():
             warnings.warn(f"hybrid branch {name!r} is not run: {why}", SkippedBranchWarning, stacklevel=2)
         fusion = default_fusion(branches) if fusion is None else fusion
@@ -293,6 +287,7 @@ class HybridRetriever(ReturnsResult):
         self._detect = detect
         self._fusion = fusion
         self._candidate_k = candidate_k
+        self._branch_candidate_k = MappingProxyType(per_branch)
         self._branch_timeout = branch_timeout
         self._on_branch_error: BranchErrorPolicy = on_branch_error
         self.limits = limits
@@ -353,7 +348,7 @@ class HybridRetriever(ReturnsResult):
         return self._on_branch_error
 
     async def retrieve(
-        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0
     ) -> list[Document]:
         """Up to ``k`` fused documents for ``query`` matching ``filter``, best first.
 
@@ -393,7 +388,7 @@ class HybridRetriever(ReturnsResult):
         check_k(k, self.limits)
         check_offset(offset, k, self.limits)
         node = combine_filters(filter)
-        fetch_k = max(self._candidate_k, offset + k)
+        depth = max([self._candidate_k, *self._branch_candidate_k.values()])
         partial = self._on_branch_error == "partial"
         timeout = self._branch_timeout
         found: dict[str, list[Document]] = {}
@@ -403,7 +398,8 @@ class HybridRetriever(ReturnsResult):
             try:
                 # no cancel scope without a deadline: one less per branch and call
                 with timed(name), stage(name), anyio.move_on_after(timeout) if timeout is not None else nullcontext():
-                    branch_k = min(fetch_k, fetch_limit(retriever, self.limits))
+                    wanted = max(self._branch_candidate_k.get(name, self._candidate_k), offset + k)
+                    branch_k = min(wanted, fetch_limit(retriever, self.limits))
                     found[name] = await retriever.retrieve(query, k=branch_k, filter=node)
                 if name not in found:  # our deadline cancelled it (any other cancellation propagates)
                     raise RetrievalTimeoutError(
@@ -456,7 +452,7 @@ class HybridRetriever(ReturnsResult):
                 fusion = WeightedScoreFusion(normalization=self._fusion.normalization)  # type: ignore[attr-defined]
                 lists = {name: docs for name, docs in lists.items() if name not in skipped}
             if _takes_depth(fusion.fuse):  # scored over candidate_k per branch: the top does not depend on k
-                fused = fusion.fuse(lists, k=offset + k, depth=self._candidate_k)  # type: ignore[call-arg]
+                fused = fusion.fuse(lists, k=offset + k, depth=depth)  # type: ignore[call-arg]
             else:
                 fused = fusion.fuse(lists, k=offset + k)
             if self._min_relative_score is not None:
