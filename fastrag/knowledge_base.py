@@ -392,6 +392,8 @@ class _ScopedStore:
             return self._get
         if name in ("dimension", "embedding_model"):
             return getattr(self.store, name)
+        if name in ("languages", "analyzer") and hasattr(self.store, name):
+            return getattr(self.store, name)  # the languages analysed in, for a question's language=auto
         raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
 
     async def _search_text(self, query: str, *, k: int, filter: Any = None, **options: Any) -> list[Document]:
@@ -802,6 +804,12 @@ class KnowledgeBase:
     def embedder(self) -> Embedder | None:
         """The embedder (``None`` before :meth:`open`)."""
         return self._embedder
+
+    @property
+    def tenant_keys(self) -> frozenset[str]:
+        """The metadata keys that scope tenants here: ``user_id``, ``agent_id``, the fields declared
+        ``"tenant"`` and every key a ``scope`` has named (see the class)."""
+        return frozenset(self._tenant_keys)
 
     @property
     def on_branch_error(self) -> str:
@@ -1223,6 +1231,7 @@ class KnowledgeBase:
         min_relative_score: float | None = None,
         min_vector_score: float | None = None,
         min_keyword_score: float | None = None,
+        **settings: Any,
     ) -> KnowledgeBaseTool:
         """A function-calling tool over :meth:`search` (see :class:`~fastrag.tool.KnowledgeBaseTool`).
 
@@ -1246,6 +1255,8 @@ class KnowledgeBase:
             min_relative_score: see ``min_score``.
             min_vector_score: see ``min_score``.
             min_keyword_score: see ``min_score``.
+            **settings: any other search option every call uses (``include_glob=["docs/**"]``,
+                ``candidate_k=100``, ``language="de"``; :data:`~fastrag.settings.OPTIONS`); the model sees none.
 
         The schema offers ``offset`` too: the model reads the next page by skipping what it has read.
 
@@ -1258,7 +1269,7 @@ class KnowledgeBase:
             self, name=name, description=description, search_mode=search_mode, top_k=top_k,
             max_top_k=max_top_k, scope=_scope_of(user_id, agent_id, scope), group_by=group_by,
             min_score=min_score, min_relative_score=min_relative_score, min_vector_score=min_vector_score,
-            min_keyword_score=min_keyword_score,
+            min_keyword_score=min_keyword_score, **settings,
         )  # fmt: skip
 
     # ---------------------------------------------------------------------------------- planning

@@ -155,8 +155,11 @@ class KnowledgeBaseTool:
             carrying the group's other matching passages under ``"more"``; ``None``: the knowledge base's.
         max_offset: the largest ``offset`` (results skipped, for the next page) a call may give.
         thresholds: the score thresholds every call applies (``{"min_score": 0.3}``, ...; see
-            :class:`~fastrag.search_settings.SearchSettings`), set by the developer and not visible to the
+            :class:`~fastrag.settings.SearchSettings`), set by the developer and not visible to the
             model; ``{}``: the knowledge base's.
+        settings: any other search options every call applies (``{"include_glob": ("docs/**",),
+            "candidate_k": 100}``; :data:`~fastrag.settings.OPTIONS`), set by the developer and not visible
+            to the model; ``{}``: the knowledge base's.
         scope: the tenant every call is confined to (``{}``: none); not visible to the model.
         hidden_keys: metadata keys the tool neither offers nor accepts in a filter: fastrag's internal keys
             (``content_hash``, ``chunker``, ``chunk_index``, ``parent_id``, ``section_index``,
@@ -172,6 +175,7 @@ class KnowledgeBaseTool:
     group_by: str | None = None
     max_offset: int = 0
     thresholds: Mapping[str, float] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
     hidden_keys: frozenset[str] = field(repr=False, default=frozenset())
     knowledge_base: KnowledgeBase = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     _schema: str = field(repr=False, compare=False, default="{}")
@@ -192,6 +196,7 @@ class KnowledgeBaseTool:
         min_relative_score: float | None = None,
         min_vector_score: float | None = None,
         min_keyword_score: float | None = None,
+        **settings: Any,
     ) -> KnowledgeBaseTool:
         """The tool for ``knowledge_base`` (what :meth:`~fastrag.knowledge_base.KnowledgeBase.as_tool` returns).
 
@@ -216,7 +221,7 @@ class KnowledgeBaseTool:
             raise InvalidParameterError(f"description must be a non-empty string, got {description!r}")
         thresholds = {k: v for k, v in (("min_score", min_score), ("min_relative_score", min_relative_score),
                       ("min_vector_score", min_vector_score), ("min_keyword_score", min_keyword_score)) if v is not None}  # fmt: skip
-        SearchSettings(search_mode=search_mode, group_by=group_by, **thresholds)  # validates the mode, key, thresholds
+        SearchSettings.from_mapping({"search_mode": search_mode, "group_by": group_by, **thresholds, **settings})  # validates
         scope = dict(scope or {})
         if knowledge_base.require_scope and not scope:
             raise InvalidParameterError(
@@ -225,10 +230,11 @@ class KnowledgeBaseTool:
             )
         servable, why = MAX_K, ""
         # the thresholds must fit the mode the calls will resolve to (checked now, not at the model's first call)
-        resolved = knowledge_base.resolve(**({} if search_mode is None else {"search_mode": search_mode}), **thresholds)
-        if resolved.rerank and resolved.origin("retrieval_k") != "default":
+        resolved = knowledge_base.resolve(**({} if search_mode is None else {"search_mode": search_mode}), **thresholds,
+                                          **settings)  # fmt: skip
+        if resolved.rerank and not resolved.is_default("candidate_k"):
             servable = resolved.retrieval_k
-            why = f" (the knowledge base reranks retrieval_k={servable} candidates)"
+            why = f" (the knowledge base reranks candidate_k={servable} candidates)"
         if max_top_k is None:
             max_top_k = min(DEFAULT_MAX_TOP_K, servable)
         elif isinstance(max_top_k, bool) or not isinstance(max_top_k, int) or not 1 <= max_top_k <= MAX_K:
@@ -238,7 +244,7 @@ class KnowledgeBaseTool:
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k):
             raise InvalidParameterError(f"top_k must be None or an int in [1, max_top_k={max_top_k}], got {top_k!r}")
         max_offset = servable - 1
-        hidden = frozenset(_TOOL_HIDDEN_KEYS | knowledge_base._tenant_keys | set(scope))
+        hidden = frozenset(_TOOL_HIDDEN_KEYS | knowledge_base.tenant_keys | set(scope))
         declared = knowledge_base.fields
         offered = None if declared is None else {k: t for k, t in sorted(declared.items()) if k not in hidden}
         if description is None:
@@ -303,6 +309,7 @@ class KnowledgeBaseTool:
             group_by=group_by,
             max_offset=max_offset,
             thresholds=thresholds,
+            settings=dict(settings),
             hidden_keys=hidden,
             knowledge_base=knowledge_base,
             _schema=json.dumps(schema),
@@ -402,7 +409,47 @@ class KnowledgeBaseTool:
             BackendError, EmbeddingError, RerankerError: retrieval failed.
         """
         query, top_k, offset, filter_ = self.check_arguments(arguments)
-        settings: dict[str, Any] = {}
+        docs = await self.knowledge_base.search(
+            query, filter=filter_, scope=dict(self.scope) or None, offset=offset, **self._settings(top_k)
+        )
+        grouped = self.group_by is not None
+        return [_result(doc, grouped=grouped) for doc in docs]
+
+    async def run(self, arguments: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
+        """Run the search the model asked for and say how complete it is: what an agent runtime (an MCP
+        server) sends back, so the model can tell "nothing matched" from "the search was cut short".
+
+        Returns:
+            A JSON-serialisable object: ``results`` (the list :meth:`__call__` returns), ``complete`` (false
+            when results may be missing), ``partial`` (a branch failed; the results come from the others),
+            ``failed_branches`` (``{branch: "ErrorType: message"}``), ``skipped_branches`` and ``incomplete``
+            (``{name: why}``: a branch not run, a stage that stopped early) and ``zero_vector_branches``.
+
+        Raises:
+            InvalidParameterError, UnknownParameterError, FilterError: bad arguments (see
+                :meth:`check_arguments`).
+            BackendError, EmbeddingError, RerankerError: retrieval failed (never an empty "no match").
+        """
+        query, top_k, offset, filter_ = self.check_arguments(arguments)
+        response = await self.knowledge_base.search_result(
+            query, filter=filter_, scope=dict(self.scope) or None, offset=offset, **self._settings(top_k)
+        )
+        if response.error is not None:
+            raise response.error
+        grouped = self.group_by is not None
+        return {
+            "results": [_result(doc, grouped=grouped) for doc in response.documents],
+            "complete": response.complete,
+            "partial": response.partial,
+            "failed_branches": {name: f"{type(exc).__name__}: {exc}" for name, exc in response.failed_branches.items()},
+            "skipped_branches": dict(response.skipped_branches),
+            "incomplete": dict(response.incomplete),
+            "zero_vector_branches": list(response.zero_vector_branches),
+        }
+
+    def _settings(self, top_k: int | None) -> dict[str, Any]:
+        """The call's search settings: the tool's bound ones, then the model's ``top_k``."""
+        settings: dict[str, Any] = dict(self.settings)
         if self.search_mode is not None:
             settings["search_mode"] = self.search_mode
         if top_k is not None or self.top_k is not None:
@@ -410,11 +457,7 @@ class KnowledgeBaseTool:
         if self.group_by is not None:
             settings["group_by"] = self.group_by
         settings.update(self.thresholds)
-        docs = await self.knowledge_base.search(
-            query, filter=filter_, scope=dict(self.scope) or None, offset=offset, **settings
-        )
-        grouped = self.group_by is not None
-        return [_result(doc, grouped=grouped) for doc in docs]
+        return settings
 
 
 def _result(doc: Document, *, grouped: bool = False) -> dict[str, Any]:

@@ -203,7 +203,7 @@ async def test_max_top_k_never_exceeds_what_reranking_can_serve() -> None:
         tool = kb.as_tool()
         assert tool.max_top_k == 30 and tool.parameters["properties"]["top_k"]["maximum"] == 30
         assert len(await tool({"query": "electricity", "top_k": 30})) == len(DOCS)  # the largest offered works
-        with pytest.raises(InvalidParameterError, match="retrieval_k=30"):
+        with pytest.raises(InvalidParameterError, match="candidate_k=30"):
             kb.as_tool(max_top_k=40)
         assert kb.as_tool(search_mode="keyword").max_top_k == 30  # the knowledge base still reranks
     async with KnowledgeBase("sqlite:///:memory:") as kb:

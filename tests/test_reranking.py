@@ -342,13 +342,13 @@ async def test_evaluate_beir_reranks_with_the_given_reranker(tiny_beir: Path, tm
     from fastrag.evaluation import beir_eval
 
     seen: list[str] = []
-    original = beir_eval._reranking
+    original = beir_eval.open_reranker
 
-    def spy(retriever: Any, rerank: str, *args: Any) -> Any:
+    def spy(rerank: str, *args: Any, **kwargs: Any) -> Any:
         seen.append(rerank)
-        return original(retriever, rerank, *args)
+        return original(rerank, *args, **kwargs)
 
-    monkeypatch.setattr(beir_eval, "_reranking", spy)
+    monkeypatch.setattr(beir_eval, "open_reranker", spy)
     scores = await beir_eval.evaluate_beir(tiny_beir, mode="keyword", store_url=f"sqlite:///{tmp_path}/e.db", rerank="embedder")
     assert seen == ["embedder"] and scores["recall@100"] == 1.0
     with pytest.raises(ConfigurationError, match="unknown rerank"):

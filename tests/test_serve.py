@@ -100,7 +100,7 @@ async def test_retrieve_returns_chunks_best_first_with_where_each_setting_came_f
     settings = body["settings"]
     assert settings["top_k"] == {"value": 2, "origin": "request"}  # request over knowledge base (3)
     assert settings["fusion"] == {"value": "rrf", "origin": "request"}
-    assert settings["search_mode"] == {"value": "hybrid", "origin": "knowledge_base"}
+    assert settings["mode"] == {"value": "hybrid", "origin": "knowledge_base"}
     assert settings["rank_constant"] == {"value": 60, "origin": "default"}
     assert body["strategy"] == "hybrid" and body["partial"] is False and body["failed_branches"] == {}
     assert body["timings"]["total"] > 0

@@ -42,7 +42,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastrag.errors import BackendError, ConfigurationError, EmbeddingError, FilterError, InvalidParameterError
 from fastrag.knowledge_base import KnowledgeBase, SearchResponse
 from fastrag.models import PARENT_ID, RANK, SCORE, Document
-from fastrag.retrieval.thresholds import THRESHOLD_SETTINGS
 from fastrag.serve.config import ServeConfig, ServeLimits, TokenBinding
 from fastrag.serve.errors import ServeError, failure, field_of, invalid, store_of
 from fastrag.serve.schemas import (
@@ -91,6 +90,8 @@ def _chunk(doc: Document) -> RetrievedChunk:
 
 
 def _setting(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
     return value if value is None or isinstance(value, str | int | float | bool) else repr(value)
 
 
@@ -338,21 +339,7 @@ def create_app(
             raise invalid("query", f"is {len(body.query)} characters long; the limit is {limits.max_query_chars}")
         if body.top_k is not None and body.top_k > limits.max_top_k:
             raise invalid("top_k", f"must be at most {limits.max_top_k}, got {body.top_k}")
-        settings: dict[str, Any] = {}
-        if body.top_k is not None:
-            settings["top_k"] = body.top_k
-        if body.search_mode is not None:
-            settings["search_mode"] = body.search_mode
-        if body.fusion is not None:
-            f = body.fusion
-            settings.update({k: v for k, v in (("fusion", f.method), ("vector_weight", f.vector_weight),
-                             ("keyword_weight", f.keyword_weight), ("rank_constant", f.rank_constant)) if v is not None})  # fmt: skip
-        if body.rerank is not None:
-            r = body.rerank
-            settings.update({k: v for k, v in (("rerank", r.enabled), ("retrieval_k", r.retrieval_k)) if v is not None})
-        for threshold in THRESHOLD_SETTINGS:
-            if getattr(body, threshold) is not None:
-                settings[threshold] = getattr(body, threshold)
+        settings = body.settings()
         scope = tenant(body, binding)
         try:
             with anyio.fail_after(limits.request_timeout):
@@ -381,6 +368,10 @@ def create_app(
             partial=response.partial,
             failed_branches=failed,
             timings=dict(response.timings),
+            complete=response.complete,
+            incomplete=dict(response.incomplete),
+            skipped_branches=dict(response.skipped_branches),
+            zero_vector_branches=list(response.zero_vector_branches),
         )
 
     @app.post("/v1/knowledge-bases/{name}/documents", response_model=AddDocumentsResponse, tags=["documents"],

@@ -124,17 +124,37 @@ class _Tenant(_Body):
     agent_id: TenantValue | None = Field(None, description="confine the call to this agent")
 
 
+Glob = Annotated[StrictStr, Field(min_length=1, max_length=1024)]
+
+
 class RetrieveRequest(_Tenant):
     """``POST /v1/knowledge-bases/{name}/retrieve``. Every setting left out inherits the knowledge base's,
-    then the system defaults (hybrid, weighted fusion, 20 results)."""
+    then the system defaults (hybrid, weighted fusion, 20 results). The setting fields are the search options
+    of :data:`fastrag.settings.OPTIONS` under the same names as in Python, TOML and the tool (a request cannot
+    name a ``rerank_model``: that would let callers load arbitrary models or files on the server).
+
+    Older forms still accepted: ``search_mode`` (``mode``), ``fusion`` as an object ``{method, vector_weight,
+    keyword_weight, rank_constant}`` and ``rerank`` as an object ``{enabled, retrieval_k}``."""
 
     query: str = Field(..., min_length=1, max_length=MAX_QUERY_CHARS, description="the question (non-blank)")
     top_k: Count | None = Field(None, ge=1, le=MAX_K, description="how many results (at most the service's max_top_k)")
     offset: Count = Field(0, ge=0, le=MAX_K, description="skip this many results (offset=top_k is page 2)")
     filter: dict[str, Any] | None = Field(None, description="a fastrag filter in its JSON form (docs/filters.md)")
-    search_mode: Literal["vector", "keyword", "hybrid", "auto"] | None = None
-    fusion: FusionOptions | None = None
-    rerank: RerankOptions | None = None
+    mode: Literal["vector", "keyword", "hybrid", "auto"] | None = None
+    search_mode: Literal["vector", "keyword", "hybrid", "auto"] | None = Field(None, description="older name of mode")
+    candidate_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates per branch and for the reranker")
+    vector_candidate_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates of the dense branch")
+    keyword_candidate_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates of the BM25 branch")
+    fusion: Literal["weighted", "rrf"] | FusionOptions | None = Field(
+        None, description="'weighted' (normalised scores, weighted sum) or 'rrf' (Cormack et al. 2009)")
+    normalization: Literal["min_max", "z_score", "dbsf"] | None = Field(None, description="weighted fusion's normalisation")
+    vector_weight: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="weight of the dense branch")
+    keyword_weight: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="weight of the BM25 branch")
+    rank_constant: float | None = Field(None, gt=0, le=MAX_RANK_CONSTANT, description="RRF's k (60 by default)")
+    rerank: StrictBool | RerankOptions | None = Field(
+        None, description="rerank candidate_k candidates with the knowledge base's rerank_model")
+    group_by: StrictStr | None = Field(None, min_length=1, max_length=256, description="one result per value of this key")
+    group_score: Literal["max", "sum"] | None = None
     min_score: float | None = Field(
         None, description="drop results scoring below this on the result list's own scale: cosine (vector), BM25 "
                           "(keyword), the reranker's (with rerank); refused (422) for a fused list (hybrid, auto "
@@ -143,6 +163,38 @@ class RetrieveRequest(_Tenant):
         None, gt=0, description="hybrid, auto: keep results scoring at least this fraction of the query's best fused score")
     min_vector_score: float | None = Field(None, description="drop dense (k-NN) hits whose cosine is below this (before fusion)")
     min_keyword_score: float | None = Field(None, description="drop BM25 hits scoring below this (before fusion)")
+    include_glob: list[Glob] | None = Field(None, min_length=1, max_length=64,
+                                            description="keep results whose source_uri matches one of these globs")
+    exclude_glob: list[Glob] | None = Field(None, min_length=1, max_length=64,
+                                            description="drop results whose source_uri matches one of these globs")
+    path_filter: StrictStr | None = Field(None, min_length=1, max_length=1024,
+                                          description="keep results whose source_uri matches this regular expression")
+    language: StrictStr | None = Field(None, min_length=1, max_length=64,
+                                       description="the question's language for BM25 (a language code), or auto")
+    branch_timeout: float | None = Field(None, gt=0, le=3600, description="seconds each hybrid branch may take")
+    on_branch_error: Literal["raise", "partial"] | None = None
+    auto_direct_max: Count | None = Field(None, ge=0, le=MAX_K, description="auto: largest corpus searched exactly")
+    auto_rerank_min: Count | None = Field(None, ge=1, description="auto: smallest corpus that gets the reranker")
+
+    def settings(self) -> dict[str, Any]:
+        """The search settings this body sets, by their :data:`fastrag.settings.OPTIONS` names (the older
+        forms mapped onto them)."""
+        from fastrag.settings import OPTIONS
+
+        out: dict[str, Any] = {}
+        for option in OPTIONS:
+            if option.http and isinstance(getattr(self, option.name, None), str | int | float | bool | list):
+                out[option.name] = getattr(self, option.name)
+        if self.search_mode is not None:
+            out["search_mode"] = self.search_mode
+        if isinstance(self.fusion, FusionOptions):
+            f = self.fusion
+            out.update({k: v for k, v in (("fusion", f.method), ("vector_weight", f.vector_weight),
+                        ("keyword_weight", f.keyword_weight), ("rank_constant", f.rank_constant)) if v is not None})  # fmt: skip
+        if isinstance(self.rerank, RerankOptions):
+            r = self.rerank
+            out.update({k: v for k, v in (("rerank", r.enabled), ("candidate_k", r.retrieval_k)) if v is not None})
+        return out
 
 
 class SettingValue(BaseModel):
@@ -183,6 +235,14 @@ class RetrieveResponse(BaseModel):
     partial: bool = Field(description="some branches failed; the results come from the others")
     failed_branches: dict[str, BranchFailure]
     timings: dict[str, float] = Field(description="seconds per stage")
+    complete: bool = Field(description="false when results may be missing: a branch failed or was skipped, or a "
+                                       "stage stopped early (incomplete)")
+    incomplete: dict[str, str] = Field(default_factory=dict, description="{stage: why} for stages that may have "
+                                       "missed matches (a path filter stopped at max_k candidates)")
+    skipped_branches: dict[str, str] = Field(default_factory=dict, description="{branch: why} for hybrid branches "
+                                             "not run (an embedder that does not cover the question's language)")
+    zero_vector_branches: list[str] = Field(default_factory=list, description="dense branches whose question "
+                                            "embedded to the zero vector (no word in the model's vocabulary)")
 
 
 class ErrorResponse(BaseModel):
