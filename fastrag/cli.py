@@ -501,7 +501,9 @@ async def _open_knowledge_base(
         extra: dict[str, Any] = {}
         if rerank == "embedder":
             _warn_same_model_rerank(rerank_model, settings.embedding_model or store.embedding_model)
-        if rerank != "none":
+        if rerank == "embedder" and rerank_model is None and embedder:
+            extra = {"rerank": True, "rerank_model": "embedder"}  # the knowledge base's own embedder, as everywhere
+        elif rerank != "none":
             reranker = await stack.enter_async_context(
                 open_reranker(rerank, rerank_model, embedding_model=embedder.name if embedder else
                               settings.embedding_model or store.embedding_model)
@@ -601,6 +603,8 @@ def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
               help="Skip this many results: the next page (--top-k 5 --offset 5 prints results 6 to 10).")
 @click.option("--group-by", "group_by",
               help="One result per value of this metadata key (source_uri, parent_id, ...), with its best chunk.")
+@click.option("--user-id", "user_id", help="Search only this tenant's documents (written with user_id=).")
+@click.option("--agent-id", "agent_id", help="Search only this agent's documents (written with agent_id=).")
 @_fusion_options
 @_threshold_options
 @_embedder_options
@@ -608,8 +612,8 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
            include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None,
            as_json: bool, lexical_store_url: str | None, rerank: str, rerank_model: str | None,
            candidate_k: int | None, model: str | None, language: str | None, offset: int, group_by: str | None,
-           embedder_options: dict[str, Any], threshold_options: dict[str, Any],
-           fusion_options: dict[str, Any]) -> None:
+           user_id: str | None, agent_id: str | None, embedder_options: dict[str, Any],
+           threshold_options: dict[str, Any], fusion_options: dict[str, Any]) -> None:
     """Search the index for QUERY and print the best documents.
 
     Score thresholds (--min-score, --min-relative-score, --min-vector-score, --min-keyword-score, or their
@@ -631,7 +635,8 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
         node = parse_filter(filter_json)
         async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model) as (kb, reranking):
             # a path filter that stopped at max_k candidates says so in result.incomplete (never "no match")
-            result = await kb.search_result(query, filter=node, offset=offset, **request, **reranking)
+            result = await kb.search_result(query, filter=node, offset=offset, user_id=user_id, agent_id=agent_id,
+                                            **request, **reranking)  # fmt: skip
             if result.error is not None:
                 raise result.error
             return result

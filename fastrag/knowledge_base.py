@@ -1083,8 +1083,9 @@ class KnowledgeBase:
             name = getattr(self._embedder, "name", None)
             return name if isinstance(name, str) else None
         spec = self._embedder_spec
-        if spec is False:
-            return None
+        if spec is False:  # no embedder: the one the store's vectors were made with names the defaults' row
+            recorded = getattr(self._store if self._store is not None else self._store_spec, "embedding_model", None)
+            return recorded if isinstance(recorded, str) else None
         if spec is not None and not isinstance(spec, str):
             name = getattr(spec, "name", None)
             return name if isinstance(name, str) else None
