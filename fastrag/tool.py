@@ -420,7 +420,7 @@ class KnowledgeBaseTool:
         server) sends back, so the model can tell "nothing matched" from "the search was cut short".
 
         Returns:
-            A JSON-serialisable object: ``results`` (the list :meth:`__call__` returns), ``complete`` (false
+            A JSON-serialisable object: ``results`` (the list calling the tool returns), ``complete`` (false
             when results may be missing), ``partial`` (a branch failed; the results come from the others),
             ``failed_branches`` (``{branch: "ErrorType: message"}``), ``skipped_branches`` and ``incomplete``
             (``{name: why}``: a branch not run, a stage that stopped early) and ``zero_vector_branches``.
