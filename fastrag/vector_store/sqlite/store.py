@@ -179,7 +179,9 @@ class SQLiteVectorStore:
             million unstructured vectors. Both need faiss (``pip install "fastrag-retrieval[ann]"``), are built on the
             first dense search, extended by each later search with the vectors written since, and saved
             beside the store file (``<path>-<store id>.hnsw`` / ``.pq``) so the next process opens them
-            instead of building them. Recall and speed by corpus: ``docs/ann.md``. Filtered searches stay
+            instead of building them, when the file is of this store's history (not after a backup was
+            restored over it: :mod:`fastrag.vector_store.sqlite.ann.keeper`); a failed save is logged, never
+            raised by a search. Recall and speed by corpus: ``docs/ann.md``. Filtered searches stay
             complete (a rare filter is answered exactly). ``":memory:"`` stores keep the index in memory.
         ef_search: the HNSW candidate list per search (an int > 0; ``None``: the index's default): larger
             is slower and closer to exact. Only for ``vector_index="hnsw"``.
