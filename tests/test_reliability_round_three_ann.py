@@ -61,7 +61,9 @@ def temporary_files(folder: Path) -> list[str]:
 
 
 @KINDS
-async def test_a_saved_index_is_not_trusted_after_a_backup_is_restored(tmp_path: Path, kind: str) -> None:
+async def test_a_saved_index_is_not_trusted_after_a_backup_is_restored(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Back up, write, save the index, restore the backup (same store id), write 200 documents: the new
     documents are found, and the vectors written before the restore never return the documents that reused
     their rowids (the report: 40 of 40 new documents missed, old vectors answered by new documents at 1.0)."""
@@ -81,10 +83,12 @@ async def test_a_saved_index_is_not_trusted_after_a_backup_is_restored(tmp_path:
         await store.upsert(docs("after", 200), embeddings=after)  # rowids 2001-2200 again
         assert index_files(tmp_path, kind) == saved  # the stale file is there to be (wrongly) trusted
         found = 0
-        for i in range(40):  # the new documents whose rowids the saved index covered
-            hits = await store.search_vector(after[i], k=1)
-            found += hits[0].id == f"after{i:04d}"
+        with caplog.at_level(logging.WARNING, logger="fastrag.vector_store"):
+            for i in range(40):  # the new documents whose rowids the saved index covered
+                hits = await store.search_vector(after[i], k=1)
+                found += hits[0].id == f"after{i:04d}"
         assert found == 40
+        assert any("another history of this store" in r.getMessage() for r in caplog.records), "the rebuild is said"
         stored = {**{f"base{i:04d}": v for i, v in enumerate(base)}, **{f"after{i:04d}": v for i, v in enumerate(after)}}
         for i in range(10):  # vectors of the documents the restore removed: the exact top hit, true scores
             hits = await store.search_vector(before[i], k=5)

@@ -79,7 +79,11 @@ def save_atomically(write: Callable[[str], None], path: str | os.PathLike[str], 
             data = stamp.encode("utf-8")
             with open(tmp, "ab") as fh:
                 fh.write(data + len(data).to_bytes(_LENGTH_BYTES, "little") + _MAGIC)
-        os.fsync(fd)  # the same inode faiss wrote: fsync flushes the file, whichever descriptor asks
+        if fd >= 0:
+            os.fsync(fd)  # the same inode faiss wrote: fsync flushes the file, whichever descriptor asks
+        else:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp, target)
         tmp = None
         with contextlib.suppress(OSError):  # make the rename durable where the platform allows
@@ -99,12 +103,14 @@ def save_atomically(write: Callable[[str], None], path: str | os.PathLike[str], 
 
 
 def _create_locked(target: Path) -> tuple[int, Path]:
-    """A new temporary file beside ``target``, created and locked by this process: ``(descriptor, path)``."""
+    """A new temporary file beside ``target``, created and locked by this process: ``(descriptor, path)``
+    (without ``fcntl``: created, not locked, descriptor -1)."""
     for _ in range(5):
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        if fcntl is None:
-            return fd, tmp
+        if fcntl is None:  # no lock to hold (and Windows cannot rename a file held open)
+            os.close(fd)
+            return -1, tmp
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a cleaner looks at it
             held = os.fstat(fd)
