@@ -3,13 +3,28 @@
 Tables: ``meta`` (schema version, generation, next rowid, dimension, model, analyzer, store id),
 ``documents`` (what a search returns), ``blocks`` and ``tombstones``
 (:mod:`fastrag.vector_store.sqlite.snapshot`), ``segments`` and ``postings``
-(:mod:`fastrag.vector_store.sqlite.lexical`). A schema-2 file (one postings row per term and document,
-vectors per document row) is rewritten as schema 3 in one transaction the first time it is opened.
+(:mod:`fastrag.vector_store.sqlite.lexical`), ``allocations`` (below). A schema-2 file (one postings row
+per term and document, vectors per document row) is rewritten as schema 3 in one transaction the first
+time it is opened; the ``allocations`` table is added to a schema-3 file without it when it is opened.
+
+**Allocations: which history a rowid belongs to.** Rowids are never reused within one history of a file,
+so a file beside the store (the ANN index) can say "I hold the vectors of rowids below ``n``". But a
+backup restored over the store brings back an older ``next_rowid``, and the writes after it hand out the
+same rowids again to other documents. So every write that hands out rowids records, in its own
+transaction, a random token for the state it ends in: ``allocations(next_rowid, token)``
+(:func:`record_allocation`); a store opened on a state without one records one (:func:`name_state`).
+A file built from the state whose ``next_rowid`` was ``n`` keeps ``(n, token)``; the store's state is a
+descendant of that state (the same history: every rowid below ``n`` names the same document) exactly
+when its ``allocations`` still hold that pair (:func:`allocation_token`): a restored backup from before
+the allocation does not, and a write after the restore draws a new token. The newest
+:data:`ALLOCATIONS_KEPT` allocations are kept; a file naming an older one cannot be checked and is not
+trusted.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from typing import Any
 
 import numpy as np
@@ -18,13 +33,17 @@ from fastrag.errors import BackendError, BackendUnavailableError
 from fastrag.vector_store.sqlite import lexical, snapshot
 
 __all__ = [
-    "BLOCK_ROWS", "BUMP_SQL", "GENERATION_SQL", "MAX_ROWID", "SCHEMA", "SCHEMA_VERSION",
-    "create_or_migrate", "meta_int", "set_meta",
+    "ALLOCATIONS_KEPT", "BLOCK_ROWS", "BUMP_SQL", "GENERATION_SQL", "MAX_ROWID", "SCHEMA", "SCHEMA_VERSION",
+    "allocation_token", "create_or_migrate", "meta_int", "name_state", "record_allocation", "set_meta",
 ]
 
 SCHEMA_VERSION = "3"
 MAX_ROWID = 2**31 - 1  # rowids are packed as int32 in blocks and postings
 BLOCK_ROWS = 65_536  # rows per block written by a compaction or a migration (a blob stays far below 1 GB)
+ALLOCATIONS_KEPT = 100_000
+"""Allocations kept (about 60 bytes each, 6 MB at most): a file naming an older one is not trusted. An ANN
+index file is saved again once the vectors added since pass 5% of it, so only a store written in more than
+100,000 transactions between two saves loses the name of its index file's state (it is then rebuilt)."""
 
 SCHEMA = (
     """
@@ -45,6 +64,13 @@ CREATE TRIGGER IF NOT EXISTS documents_tombstone AFTER DELETE ON documents BEGIN
 END;
 """
     + lexical.SCHEMA
+    + """
+CREATE TABLE IF NOT EXISTS allocations (
+    seq INTEGER PRIMARY KEY,
+    next_rowid INTEGER NOT NULL UNIQUE,
+    token TEXT NOT NULL
+);
+"""
 )
 GENERATION_SQL = "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'"
 # every write ends by raising the generation once more, so its state has a generation no other state has
@@ -142,6 +168,47 @@ def statements(script: str) -> list[str]:
     return out
 
 
+
+
+def record_allocation(conn: sqlite3.Connection, next_rowid: int) -> None:
+    """Name the state a write ends in, whose rowids end below ``next_rowid``, with a new random token (call
+    it inside the writing transaction, after raising ``next_rowid``), and forget allocations older than
+    the newest :data:`ALLOCATIONS_KEPT`."""
+    seq = conn.execute(
+        "INSERT OR REPLACE INTO allocations (next_rowid, token) VALUES (?, ?)", (next_rowid, uuid.uuid4().hex)
+    ).lastrowid
+    conn.execute("DELETE FROM allocations WHERE seq <= ?", (seq - ALLOCATIONS_KEPT,))
+
+
+def name_state(conn: sqlite3.Connection) -> None:
+    """Give the current ``next_rowid`` a token if no write recorded one (a file written before allocations
+    were recorded, or a new one), on a connection outside any transaction.
+
+    Looked up first, so opening a store whose state has its token writes nothing (and never waits for
+    another process's write); the insert is one statement, atomic on its own. A database locked by another
+    writer past the busy timeout is left without the token (an ANN index file built from this state is
+    then not trusted by the next process, which builds it again; the next write records a token).
+    """
+    if allocation_token(conn)[1] is not None:
+        return
+    try:
+        conn.execute(
+            "INSERT OR IGNORE INTO allocations (next_rowid, token) "
+            "SELECT CAST(value AS INTEGER), ? FROM meta WHERE key = 'next_rowid'",
+            (uuid.uuid4().hex,),
+        )
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED
+            raise
+
+
+def allocation_token(conn: sqlite3.Connection, next_rowid: int | None = None) -> tuple[int, str | None]:
+    """``(next_rowid, token)``: the store's ``next_rowid`` (or the one given) and the token of the allocation
+    that ended there, ``None`` when none is recorded (an older writer, or one forgotten)."""
+    if next_rowid is None:
+        next_rowid = meta_int(conn, "next_rowid")
+    row = conn.execute("SELECT token FROM allocations WHERE next_rowid = ?", (next_rowid,)).fetchone()
+    return next_rowid, (row[0] if row else None)
 
 
 def meta_int(conn: sqlite3.Connection, key: str, default: int | None = None) -> int:

@@ -70,7 +70,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import numpy as np
@@ -117,9 +117,14 @@ from fastrag.vector_store.sqlite.schema import (
     MAX_ROWID,
     create_or_migrate,
     meta_int,
+    name_state,
+    record_allocation,
     set_meta,
 )
 from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
+
+if TYPE_CHECKING:
+    from fastrag.vector_store.sqlite.ann.keeper import IndexKeeper
 
 __all__ = ["SQLiteVectorStore"]
 
@@ -141,7 +146,6 @@ def _corrupt(exc: BaseException) -> str:
 _BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLITE_BUSY
 _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
 _VECTOR_INDEXES = ("exact", "hnsw", "pq")
-_ANN_SAVE_EVERY = 0.05  # save the ANN index again once vectors added since its last save pass this share
 T = TypeVar("T")
 
 
@@ -175,7 +179,9 @@ class SQLiteVectorStore:
             million unstructured vectors. Both need faiss (``pip install "fastrag-retrieval[ann]"``), are built on the
             first dense search, extended by each later search with the vectors written since, and saved
             beside the store file (``<path>-<store id>.hnsw`` / ``.pq``) so the next process opens them
-            instead of building them. Recall and speed by corpus: ``docs/ann.md``. Filtered searches stay
+            instead of building them, when the file is of this store's history (not after a backup was
+            restored over it: :mod:`fastrag.vector_store.sqlite.ann.keeper`); a failed save is logged, never
+            raised by a search. Recall and speed by corpus: ``docs/ann.md``. Filtered searches stay
             complete (a rare filter is answered exactly). ``":memory:"`` stores keep the index in memory.
         ef_search: the HNSW candidate list per search (an int > 0; ``None``: the index's default): larger
             is slower and closer to exact. Only for ``vector_index="hnsw"``.
@@ -220,10 +226,7 @@ class SQLiteVectorStore:
                 raise InvalidParameterError(f"ef_search applies to vector_index='hnsw' only, not {vector_index!r}")
         self.vector_index = vector_index
         self._ef_search = ef_search
-        self._ann: Any = None  # the approximate index, once a dense search needed it
-        self._ann_lock = threading.Lock()
-        self._ann_unsaved = 0  # vectors added to it since it was last saved
-        self._ann_generation = -1  # the newest state whose deletions it has dropped
+        self._ann: IndexKeeper | None = None  # the approximate index (vector_index "hnsw" or "pq"), once opened
         if dimension is not None and (not isinstance(dimension, int) or dimension <= 0):
             raise InvalidParameterError(f"dimension must be a positive int, got {dimension!r}")
         if read_connections is not None:
@@ -268,6 +271,8 @@ class SQLiteVectorStore:
             self._check_analysis()
             self._stored_languages(self._conn)  # recorded once for a file from before the record
             self._store_id = self._check_meta("store_id", None, str) or self._new_store_id()
+            name_state(self._conn)  # the state as opened has a token, which an ANN index file built from it keeps
+            self._open_ann()
         except FastragError:
             raise
         except (sqlite3.Error, *_CORRUPT_DATA) as exc:  # a damaged file can fail anywhere in these reads
@@ -348,12 +353,29 @@ class SQLiteVectorStore:
         store_id = self._conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
         if not self._private:  # index files of a store that lived at this path before: never opened again
             folder, name = os.path.split(os.path.abspath(self.path))
-            stale = re.compile(re.escape(name) + r"-[0-9a-f]{32}\.(hnsw|pq)")
+            stale = re.escape(name) + r"-[0-9a-f]{32}\.(hnsw|pq)"
             for entry in os.listdir(folder or "."):
-                if stale.fullmatch(entry) and store_id not in entry:
+                if re.fullmatch(stale, entry) and store_id not in entry:
                     with contextlib.suppress(OSError):
                         os.remove(os.path.join(folder, entry))
+            from fastrag.vector_store.sqlite.ann import files
+
+            files.remove_abandoned(folder or ".", stale)  # and what their crashed saves left
         return store_id
+
+    def _open_ann(self) -> None:
+        """Hold the approximate index's keeper (``vector_index`` "hnsw" or "pq"), and remove what saves of
+        this store's index files killed midway left (every kind: the files are this store's; never a save
+        another live process is writing, :mod:`fastrag.vector_store.sqlite.ann.files`). Imports no faiss."""
+        from fastrag.vector_store.sqlite.ann import files
+        from fastrag.vector_store.sqlite.ann.keeper import IndexKeeper
+
+        if not self._private:
+            folder, name = os.path.split(os.path.abspath(self.path))
+            files.remove_abandoned(folder or ".", re.escape(f"{name}-{self._store_id}") + r"\.(hnsw|pq)")
+        if self.vector_index != "exact":
+            path = None if self._private else f"{self.path}-{self._store_id}.{self.vector_index}"
+            self._ann = IndexKeeper(self.vector_index, path=path, store=self.path, store_id=self._store_id)
 
     def _language_analysis(self) -> bool:
         """Whether documents are analysed in their own language (recorded in the file on first open).
@@ -789,6 +811,7 @@ class SQLiteVectorStore:
             )
             lexical.write_segment(conn, rowids, counts)
             set_meta(conn, "next_rowid", rowids[-1] + 1)
+            record_allocation(conn, rowids[-1] + 1)  # names this history for the ANN index file
             conn.execute(BUMP_SQL)
             conn.execute("COMMIT")
         except BaseException:
@@ -1088,19 +1111,20 @@ class SQLiteVectorStore:
 
         Raises:
             ConfigurationError: faiss is not installed (``pip install "fastrag-retrieval[ann]"``).
+            BackendUnavailableError: the index was built but its file cannot be written (a full disk, a
+                read-only folder): searches use the index in memory meanwhile (and only warn when their own
+                save fails; ``docs/ann.md``).
             BackendError: SQLite failed.
         """
-        if self.vector_index == "exact":
+        keeper = self._ann
+        if keeper is None:
             return 0
 
-        def build(_conn: sqlite3.Connection, snap: Snapshot) -> int:
+        def build(conn: sqlite3.Connection, snap: Snapshot) -> int:
             if not len(snap.rowids) or not snap.matrix.shape[1]:
                 return 0
-            index = self._ann_for(snap)
-            if self._ann_unsaved and not self._private:
-                with self._ann_lock:
-                    index.save(f"{self.path}-{self._store_id}.{self.vector_index}")
-                    self._ann_unsaved = 0
+            index = keeper.current(conn, snap, save=False)
+            keeper.save()
             return len(index)
 
         return await self._read(build)
@@ -1108,59 +1132,19 @@ class SQLiteVectorStore:
     def _search_ann(
         self, conn: sqlite3.Connection, snap: Snapshot, query: np.ndarray, k: int, node: Filter | None, rows: bool
     ) -> list[Document]:
-        index = self._ann_for(snap)
+        keeper = self._ann
+        assert keeper is not None  # vector_index is "hnsw" or "pq"
+        index = keeper.current(conn, snap)
         allowed = None
         if node is not None:
             allowed = self._mask(conn, snap, node)
-        elif index.max_key >= snap.size or snap.generation < self._ann_generation:
+        elif index.max_key >= snap.size or snap.generation < keeper.generation:
             allowed = snap.live  # rows newer than this state (or deleted since it) are not its answers
         if self.vector_index == "hnsw":
             keys, scores = index.search(query, k, allowed=allowed, ef_search=self._ef_search)
         else:  # candidates found on compressed codes are scored exactly on the snapshot's own vectors
             keys, scores = index.search(query, k, allowed=allowed, vectors=lambda wanted: vectors_of(snap, wanted))
         return ranked_rows(conn, scores, keys, k, rows=rows) if len(keys) else []
-
-    def _ann_for(self, snap: Snapshot) -> Any:
-        """The approximate index, opened or built on first use, holding every vector of ``snap`` (vectors
-        written since it was last extended are added now). Saved beside the store file after a build and
-        once the vectors added since the last save pass 5% of it."""
-        from fastrag.vector_store.sqlite.ann import HNSWIndex, PQFastScanIndex
-
-        kind = HNSWIndex if self.vector_index == "hnsw" else PQFastScanIndex
-        path = None if self._private else f"{self.path}-{self._store_id}.{self.vector_index}"
-        with self._ann_lock:
-            index = self._ann
-            if index is None and path is not None and os.path.exists(path):
-                index = kind.load(path)
-            def rebuilt() -> Any:  # from every live row with a vector; unsaved until written
-                chosen = np.flatnonzero(snap.searchable)
-                self._ann_unsaved = len(chosen) + 1
-                return kind.build(snap.matrix[chosen], snap.rowids[chosen])
-
-            if index is None or index.dimension != snap.matrix.shape[1]:
-                index = rebuilt()
-            # rowids ascend by position: only a state holding rows past the index's last key has new ones
-            fresh = len(snap.rowids) and int(snap.rowids[-1]) > index.max_key
-            new = np.flatnonzero(snap.has_vector & (snap.rowids > index.max_key)) if fresh else ()
-            if len(new):
-                index.add(snap.matrix[new], snap.rowids[new])
-                self._ann_unsaved += len(new)
-            if snap.generation > self._ann_generation:  # rows deleted since: never answers again
-                keys = index.keys
-                keys = keys[keys < snap.size]
-                gone = keys[~snap.live[keys]]
-                if len(gone):
-                    index.remove(gone)
-                    self._ann_unsaved += len(gone)
-                self._ann_generation = snap.generation
-            # a graph mostly of deleted waypoints, or codebooks trained on under half the rows: build again
-            if index.dead_fraction > 0.3 or getattr(index, "untrained_fraction", 0.0) > 0.5:
-                index = rebuilt()
-            self._ann = index
-            if path is not None and self._ann_unsaved > _ANN_SAVE_EVERY * len(index):
-                index.save(path)
-                self._ann_unsaved = 0
-            return index
 
     async def hydrate(self, documents: Sequence[Document]) -> list[Document]:
         """``documents`` (hits returned without rows, see :mod:`fastrag.deferred`) with their stored content

@@ -1,19 +1,18 @@
 """What both ANN indexes share: faiss imported on first use, a readers-writer lock, key checks, exact top-k
-and atomic saves."""
+and atomic, stamped saves (:mod:`fastrag.vector_store.sqlite.ann.files`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from fastrag.errors import BackendUnavailableError, ConfigurationError, InvalidParameterError
+from fastrag.errors import ConfigurationError, InvalidParameterError
+from fastrag.vector_store.sqlite.ann import files
 
 _INSTALL_HINT = 'the SQLite store\'s ANN index needs faiss: pip install "fastrag-retrieval[ann]"'
 _WHAT = "ANN index"
@@ -114,30 +113,46 @@ def _check_keys(keys: Any) -> np.ndarray:
     return arr
 
 
-def _save_atomically(index: Any, lock: _ReadWriteLock, path: str | os.PathLike[str]) -> None:
-    """Write a faiss ``index`` to ``path`` via a temporary file in the same folder, fsync and rename, holding
-    the read side of ``lock`` while faiss writes.
+def _save_atomically(index: Any, lock: _ReadWriteLock, path: str | os.PathLike[str], stamp: str | None) -> None:
+    """Write a faiss ``index`` and its ``stamp`` to ``path`` atomically
+    (:func:`fastrag.vector_store.sqlite.ann.files.save_atomically`), holding the read side of ``lock`` while
+    faiss writes.
 
     Raises:
         BackendUnavailableError: the file cannot be written.
     """
     faiss = _faiss()
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with lock.reading():
-            faiss.write_index(index, str(tmp))
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-        with contextlib.suppress(OSError):  # make the rename durable where the platform allows
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-    except (OSError, RuntimeError) as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise BackendUnavailableError(f"cannot write the ANN index {os.fspath(path)!r}: {exc}") from exc
 
+    def write(tmp: str) -> None:
+        with lock.reading():
+            faiss.write_index(index, tmp)
+
+    files.save_atomically(write, path, stamp=stamp)
+
+
+def _read_index(path: str | os.PathLike[str], *, mmap: bool) -> tuple[Any, str | None, IO[bytes] | None]:
+    """``(index, stamp, source)`` read from one file: the faiss index (its flat vectors memory-mapped when
+    ``mmap``), the stamp saved with it, and, when ``mmap``, the open file the map views (so a later change
+    reads the very file the map shows: a save by someone else replaces the name, not this inode); else
+    ``None``. The index and the stamp come from the same file even while another process replaces it.
+
+    Raises:
+        OSError, RuntimeError: the file cannot be read or is not a faiss index (the caller wraps them).
+    """
+    faiss = _faiss()
+    for _ in range(3):
+        source = open(path, "rb")  # noqa: SIM115 (returned open when mmap)
+        try:
+            stamp = files.stamp_of(source)
+            index = faiss.read_index(os.fspath(path), faiss.IO_FLAG_MMAP_IFC if mmap else 0)
+            held, now = os.fstat(source.fileno()), os.stat(path)
+        except BaseException:
+            source.close()
+            raise
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            if mmap:
+                return index, stamp, source
+            source.close()
+            return index, stamp, None
+        source.close()
+    raise OSError("the file was replaced three times while it was being opened")

@@ -74,6 +74,7 @@ from fastrag.vector_store.sqlite.ann._faiss import (
     _best,
     _check_keys,
     _faiss,
+    _read_index,
     _ReadWriteLock,
     _removal_keys,
     _save_atomically,
@@ -105,6 +106,8 @@ class HNSWIndex:
 
     Attributes:
         dimension: the vectors' width.
+        stamp: the text :meth:`save` was given, as :meth:`load` read it back; ``None`` for a built index or
+            a file saved without one. Never changed by the index itself.
     """
 
     def __init__(self, index: Any, *, exact_rows_per_candidate: float, source: IO[bytes] | None = None) -> None:
@@ -115,6 +118,7 @@ class HNSWIndex:
         self._exact_rows_per_candidate = float(exact_rows_per_candidate)
         self._source = source  # the open file a memory-mapped index views; None when it owns its memory
         self._lock = _ReadWriteLock()
+        self.stamp: str | None = None  # what load read from the file (see save)
         self._reindex()
 
     # ---------------------------------------------------------------------------------- construction
@@ -188,7 +192,8 @@ class HNSWIndex:
             exact_rows_per_candidate: as in :meth:`build`.
 
         Returns:
-            The index, with the ``ef_search`` it was saved with.
+            The index, with the ``ef_search`` it was saved with and the ``stamp`` (:attr:`stamp`; ``None``
+            for a file saved without one).
 
         Raises:
             ConfigurationError: faiss is not installed.
@@ -197,25 +202,9 @@ class HNSWIndex:
         """
         faiss = _faiss()
         _check_ratio(exact_rows_per_candidate)
-        source: IO[bytes] | None = None
         try:
-            if not mmap:
-                index = faiss.read_index(os.fspath(path))
-            else:
-                # keep the file open, so a later change reads the very file the map shows (a save by
-                # someone else replaces the name, not this inode)
-                for _ in range(3):
-                    source = open(path, "rb")  # noqa: SIM115 (lives as long as the index)
-                    index = faiss.read_index(os.fspath(path), faiss.IO_FLAG_MMAP_IFC)
-                    if os.fstat(source.fileno()).st_ino == os.stat(path).st_ino:
-                        break
-                    source.close()
-                else:
-                    source = None
-                    raise OSError("the file was replaced three times while it was being opened")
+            index, stamp, source = _read_index(path, mmap=mmap)
         except (OSError, RuntimeError) as exc:
-            if source is not None:
-                source.close()
             raise BackendUnavailableError(f"cannot read the ANN index {os.fspath(path)!r}: {exc}") from exc
         if (  # read_index returns the most derived class already (and owns it: never re-wrap it)
             not isinstance(index, faiss.IndexIDMap)
@@ -225,18 +214,28 @@ class HNSWIndex:
             if source is not None:
                 source.close()
             raise BackendUnavailableError(f"{os.fspath(path)!r} is not an index HNSWIndex.save wrote")
-        return cls(index, exact_rows_per_candidate=exact_rows_per_candidate, source=source)
+        loaded = cls(index, exact_rows_per_candidate=exact_rows_per_candidate, source=source)
+        loaded.stamp = stamp
+        return loaded
 
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], *, stamp: str | None = None) -> None:
         """Write the index to ``path`` atomically: a temporary file in the same folder, fsync, rename.
 
         A reader of ``path`` sees the old file or the new one, never a partial one, even if this process
-        dies midway. Searches may run meanwhile; changes wait.
+        dies midway; the temporary file of a save killed midway is removed by
+        :func:`~fastrag.vector_store.sqlite.ann.files.remove_abandoned` (the store calls it when opened).
+        Searches may run meanwhile; changes wait.
+
+        Args:
+            path: the file.
+            stamp: text saved with the index and read back by :meth:`load` as :attr:`stamp` (the SQLite
+                store records which state of its database the index covers). ``None``: none.
 
         Raises:
-            BackendUnavailableError: the file cannot be written (the folder is missing, read-only, full).
+            BackendUnavailableError: the file cannot be written (the folder is missing, read-only, full);
+                ``path`` is then unchanged and no temporary file is left.
         """
-        _save_atomically(self._index, self._lock, path)
+        _save_atomically(self._index, self._lock, path, stamp)
 
     # --------------------------------------------------------------------------------------- changes
 

@@ -17,6 +17,7 @@ from fastrag.vector_store.sqlite.ann._faiss import (
     _best,
     _check_keys,
     _faiss,
+    _read_index,
     _ReadWriteLock,
     _removal_keys,
     _save_atomically,
@@ -81,6 +82,7 @@ class PQFastScanIndex:
 
     Attributes:
         dimension: the vectors' width.
+        stamp: as :attr:`HNSWIndex.stamp`.
     """
 
     def __init__(self, index: Any, *, candidate_k: int, exact_share: float, trained_rows: int) -> None:
@@ -91,6 +93,7 @@ class PQFastScanIndex:
         self._candidate_k = candidate_k
         self._exact_share = float(exact_share)
         self._lock = _ReadWriteLock()
+        self.stamp: str | None = None  # what load read from the file (see save)
         self._dead = np.zeros(0, dtype=bool)  # by key: tombstoned (still coded, never returned)
         self._reindex()
         # live rows encoded by codebooks trained on them (a loaded index counts as trained on all it holds)
@@ -178,7 +181,8 @@ class PQFastScanIndex:
             exact_share: as in :meth:`build`.
 
         Returns:
-            The index. Every row it holds counts as trained on (:attr:`untrained_fraction` 0).
+            The index, with the ``stamp`` it was saved with (:attr:`stamp`). Every row it holds counts as
+            trained on (:attr:`untrained_fraction` 0).
 
         Raises:
             ConfigurationError: faiss is not installed.
@@ -190,7 +194,7 @@ class PQFastScanIndex:
         check_k(candidate_k, "candidate_k")
         _check_share(exact_share)
         try:
-            index = faiss.read_index(os.fspath(path))
+            index, stamp, _ = _read_index(path, mmap=False)
         except (OSError, RuntimeError) as exc:
             raise BackendUnavailableError(f"cannot read the ANN index {os.fspath(path)!r}: {exc}") from exc
         if (
@@ -199,18 +203,22 @@ class PQFastScanIndex:
             or index.metric_type != faiss.METRIC_INNER_PRODUCT
         ):
             raise BackendUnavailableError(f"{os.fspath(path)!r} is not an index PQFastScanIndex.save wrote")
-        return cls(index, candidate_k=candidate_k, exact_share=exact_share, trained_rows=int(index.ntotal))
+        loaded = cls(index, candidate_k=candidate_k, exact_share=exact_share, trained_rows=int(index.ntotal))
+        loaded.stamp = stamp
+        return loaded
 
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], *, stamp: str | None = None) -> None:
         """Write the index to ``path`` atomically: a temporary file in the same folder, fsync, rename.
 
         A reader of ``path`` sees the old file or the new one, never a partial one. Searches may run
-        meanwhile; changes wait. ``candidate_k`` and ``exact_share`` are not saved.
+        meanwhile; changes wait. ``candidate_k`` and ``exact_share`` are not saved; ``stamp`` is, as by
+        :meth:`HNSWIndex.save`.
 
         Raises:
-            BackendUnavailableError: the file cannot be written (the folder is missing, read-only, full).
+            BackendUnavailableError: the file cannot be written (the folder is missing, read-only, full);
+                ``path`` is then unchanged and no temporary file is left.
         """
-        _save_atomically(self._index, self._lock, path)
+        _save_atomically(self._index, self._lock, path, stamp)
 
     # --------------------------------------------------------------------------------------- changes
 
