@@ -965,9 +965,8 @@ def serve(config_path: Path, host: str, port: int, log_level: str) -> None:
     try:
         config = load_config(config_path)
         try:
-            import uvicorn
-
             from fastrag.serve.app import app_from_config
+            from fastrag.serve.server import run
         except ImportError as exc:
             raise ConfigurationError(f'fastrag serve needs the serve extra: pip install "fastrag-retrieval[serve]" ({exc})') from exc
         app = app_from_config(config)
@@ -979,8 +978,9 @@ def serve(config_path: Path, host: str, port: int, log_level: str) -> None:
     served = logging.getLogger("fastrag.serve")
     served.addHandler(handler)
     served.setLevel(log_level.upper())
-    # uvicorn's own access log is off: fastrag.serve.access logs each request once, with its stage timings
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on")
+    # uvicorn with the [serve] connection limits (fastrag.serve.server); its own access log is off:
+    # fastrag.serve.access logs each request once, with its stage timings
+    run(app, config.server, host=host, port=port, log_level=log_level)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ a backend SDK type.
 
     FastragError
     ├── InvalidParameterError (ValueError)     bad argument: k <= 0, negative weight, bad regex, ...
+    │   ├── UnknownParameterError (TypeError)  an unknown keyword argument (a misspelt option)
+    │   └── RegexTimeoutError                  a regex (a path filter) ran past its time limit: a pattern
+    │                                          that backtracks catastrophically on the text it is given
     ├── FilterError (ValueError)               malformed filter; names the bad node's path
     │   └── UnsupportedFilterError             valid filter a backend cannot express
     ├── ConfigurationError (ValueError)        bad store URL or settings; missing optional extra
@@ -27,8 +30,9 @@ a backend SDK type.
             ├── RateLimitError                 the backend said too many requests (HTTP 429)
             └── RetrievalTimeoutError          a retrieval stage, branch or request ran past its timeout
 
-``InvalidParameterError`` has one subclass, ``UnknownParameterError`` (also a ``TypeError``): an unknown
-keyword argument, such as a misspelt fusion option.
+``UnknownParameterError`` is also a ``TypeError``, as Python's own error for an unknown keyword would be.
+``RegexTimeoutError`` is an ``InvalidParameterError``, not a ``TransientBackendError``: the same pattern on the
+same paths would time out again, so it is never retried.
 
 Only :class:`TransientBackendError` is ever retried (see :mod:`fastrag.retry`); an adapter raises it for a
 failure that says nothing about the request itself (a dropped connection, a timeout, HTTP 429 or 503) and
@@ -52,6 +56,7 @@ __all__ = [
     "InvalidParameterError",
     "NoTextError",
     "RateLimitError",
+    "RegexTimeoutError",
     "RerankerError",
     "RetrievalTimeoutError",
     "SectionNotFoundError",
@@ -71,6 +76,25 @@ class InvalidParameterError(FastragError, ValueError):
 
 class UnknownParameterError(InvalidParameterError, TypeError):
     """An unknown keyword argument (a misspelt option). Also a ``TypeError``, as Python's own would be."""
+
+
+class RegexTimeoutError(InvalidParameterError):
+    """A regular expression ran past its time limit while matching: a pattern that backtracks catastrophically
+    on the text it was given (``(a|a)+$`` on a path of 30 ``a``), which could otherwise hold the thread for
+    minutes. Raised by :class:`~fastrag.retrieval.PathFilterRetriever`, whose ``path_filter_timeout`` bounds the
+    time spent matching ``path_filter`` in one call.
+
+    Attributes:
+        pattern: the regular expression.
+        timeout: the limit that was exceeded, in seconds.
+        text: the text being matched when the limit ran out (a ``source_uri``), or ``None``.
+    """
+
+    def __init__(self, message: str, *, pattern: str, timeout: float, text: str | None = None) -> None:
+        super().__init__(message)
+        self.pattern = pattern
+        self.timeout = timeout
+        self.text = text
 
 
 class FilterError(FastragError, ValueError):

@@ -219,3 +219,108 @@ async def test_metadata_filter_and_glob_find_the_lowest_scored_match_in_sqlite()
         # without the metadata filter the German document under keep/ comes first
         found = await retriever.retrieve("pelican", k=3)
         assert [d.id for d in found] == ["de", "target"]
+
+
+# --------------------------------------------------------------- a regex that backtracks (issue 26, point 7)
+
+STUCK = "a" * 30 + ".md"  # a path of 30 `a`, then a tail the pattern cannot end on
+BACKTRACKS = "(a|a)+$"  # backtracks catastrophically in the regex module too: 2**30 ways to read the a's
+
+
+class Fixed:
+    """Returns its documents, best first, whatever the call."""
+
+    name = "fixed"
+
+    def __init__(self, docs: list[Document]) -> None:
+        self.docs = docs
+
+    async def retrieve(self, query, *, k=10, filter=None):  # noqa: A002
+        return self.docs[:k]
+
+
+def _paths(*uris: str) -> list[Document]:
+    return [Document(id=uri, content="text", metadata={"source_uri": uri}) for uri in uris]
+
+
+@pytest.mark.timeout(60)  # with Python's re, the issue's pattern ran for minutes on this path
+async def test_the_issues_pattern_over_a_path_of_30_a_answers_without_backtracking() -> None:
+    retriever = PathFilterRetriever(Fixed(_paths(STUCK, "notes/aaaa")), path_filter="(a+)+$")
+    assert [d.id for d in await retriever.retrieve("q", k=5)] == ["notes/aaaa"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_pattern_that_backtracks_catastrophically_raises_a_typed_error_at_its_time_limit() -> None:
+    from fastrag.errors import RegexTimeoutError
+
+    retriever = PathFilterRetriever(Fixed(_paths("notes/b.md", STUCK)), path_filter=BACKTRACKS, path_filter_timeout=0.2)
+    with pytest.raises(RegexTimeoutError, match="path_filter_timeout") as info:
+        await retriever.retrieve("q", k=5)
+    error = info.value
+    assert isinstance(error, InvalidParameterError)  # a bad argument: never retried, never "no match"
+    assert (error.pattern, error.timeout, error.text) == (BACKTRACKS, 0.2, STUCK)
+    with pytest.raises(RegexTimeoutError):  # raised by retrieve_result too, as every invalid argument is
+        await retriever.retrieve_result("q", k=5)
+    with pytest.raises(RegexTimeoutError):  # the public check has the same limit
+        retriever.accepts(STUCK)
+    assert retriever.accepts("notes/b.md") is False
+
+
+@pytest.mark.timeout(60)
+async def test_branch_timeout_stops_a_path_filter_branch_stuck_in_its_regex_and_the_loop_keeps_running() -> None:
+    import anyio
+
+    from fastrag.errors import RetrievalTimeoutError
+    from fastrag.retrieval import HybridRetriever
+
+    docs = _paths(STUCK, "notes/b.md")
+    stuck = PathFilterRetriever(Fixed(docs), path_filter=BACKTRACKS, path_filter_timeout=3.0)
+    hybrid = HybridRetriever({"paths": stuck, "plain": Fixed(docs)}, branch_timeout=0.3, on_branch_error="partial")
+    ticks = 0
+
+    async def tick() -> None:  # another task on the same event loop
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        result = await hybrid.retrieve_result("q", k=2)
+        tg.cancel_scope.cancel()
+    # the branch deadline fired (a RetrievalTimeoutError, not the regex's own limit 3 s later), the other
+    # branch's results came back, and the loop ran other tasks while the regex was matching
+    assert result.partial and isinstance(result.failed_branches["paths"], RetrievalTimeoutError)
+    assert {d.id for d in result.documents} == {STUCK, "notes/b.md"}
+    assert ticks > 0
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf"), True, "1"])
+async def test_a_bad_path_filter_timeout_is_refused_when_built(timeout) -> None:
+    with pytest.raises(InvalidParameterError, match="path_filter_timeout"):
+        PathFilterRetriever(Fixed([]), path_filter="a", path_filter_timeout=timeout)
+
+
+@pytest.mark.timeout(120)
+def test_cli_search_with_a_backtracking_path_filter_exits_1_naming_the_limit(tmp_path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from fastrag.cli import main
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / STUCK).write_text("solar power for the cabin\n", encoding="utf-8")
+    (tmp_path / "docs" / "b.md").write_text("solar power for the barn\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in __import__("os").environ if n.startswith("FASTRAG_")]:
+        monkeypatch.delenv(name)
+    runner = CliRunner()
+    assert runner.invoke(main, ["index", "docs"], catch_exceptions=False).exit_code == 0
+    found = runner.invoke(main, ["search", "solar power", "--mode", "keyword", "--path-filter", "(a+)+$"],
+                          catch_exceptions=False)  # fmt: skip
+    assert found.exit_code == 0, found.stderr
+    assert "No documents matched." in found.stdout  # neither path ends in a run of a
+    stuck = runner.invoke(main, ["search", "solar power", "--mode", "keyword", "--path-filter", BACKTRACKS],
+                          catch_exceptions=False)  # fmt: skip
+    assert stuck.exit_code == 1, stuck.stdout
+    assert "path_filter '(a|a)+$' ran past its time limit of 1 s" in stuck.stderr
+    assert "No documents matched" not in stuck.stdout

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
+import time
 from collections.abc import Sequence
 
+import anyio.from_thread
+import anyio.to_thread
+import regex
 from wcmatch import glob
 
-from fastrag.errors import InvalidParameterError, UnsupportedFilterError
+from fastrag.errors import InvalidParameterError, RegexTimeoutError, UnsupportedFilterError
 from fastrag.filters import Filter, FilterLike, combine_filters, not_all, or_all
 from fastrag.filters import field as filter_field
 from fastrag.models import SOURCE_URI, Document
@@ -18,13 +23,28 @@ from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.pagination import check_offset, retrieve_page
 from fastrag.retrieval.result import ReturnsResult, record_incomplete
 
-__all__ = ["PathFilterRetriever"]
+__all__ = ["DEFAULT_PATH_FILTER_TIMEOUT", "PathFilterRetriever"]
 
 logger = logging.getLogger("fastrag.retrieval")
 
 _GLOB_FLAGS = glob.GLOBSTAR | glob.BRACE | glob.MATCHBASE | glob.DOTGLOB
 _GLOB_META = re.compile(r"[*?\[{\\]")  # where a pattern stops being literal (wcmatch: *, ?, [...], {...}, escapes)
 _GROWTH = 4  # each further page asks the wrapped retriever for this many times more candidates
+_CHECK_EVERY = 64  # candidates matched between two checks of the caller's cancellation (in the worker thread)
+
+DEFAULT_PATH_FILTER_TIMEOUT = 1.0
+"""Seconds one call may spend matching ``path_filter``, all its candidates together. A path regex such as
+``/a/`` or ``\\.md$`` takes about a microsecond per path here, so the most candidates a call reads (``max_k``,
+10,000) take about 10 ms: only a pattern that backtracks catastrophically comes near the limit."""
+
+
+class _Budget:
+    """The seconds of regex matching left to one call (shared by its pages)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
 
 
 def _literal_prefix(pattern: str) -> str | None:
@@ -113,16 +133,25 @@ class PathFilterRetriever(ReturnsResult):
         retriever: any :class:`~fastrag.protocols.Retriever`.
         include_glob: one pattern or several.
         exclude_glob: one pattern or several.
-        path_filter: a regular expression (Python ``re`` syntax). It is searched in each candidate's
-            ``source_uri``; a pattern with catastrophic backtracking is the caller's to avoid.
+        path_filter: a regular expression, in the syntax of the ``regex`` module (Python's ``re`` syntax,
+            plus atomic groups ``(?>...)`` and possessive quantifiers ``a++``). It is searched in
+            each candidate's ``source_uri``, off the event loop (a worker thread; the ``regex`` module
+            releases the GIL while it matches), under ``path_filter_timeout``.
+        path_filter_timeout: the seconds one call may spend matching ``path_filter``: per call (one
+            ``retrieve``, every page of candidates together; one ``accepts``), not per path. Past it the
+            call raises :class:`~fastrag.errors.RegexTimeoutError` (default
+            :data:`DEFAULT_PATH_FILTER_TIMEOUT`, 1 s). A call cancelled meanwhile (a hybrid's
+            ``branch_timeout``, a cancel scope) returns at once; its worker thread stops at its next
+            candidate, or when its current match runs out of this time.
         fetch_k: the least number of candidates to fetch (default 100).
         limits: bounds on ``k`` and the query (default :data:`~fastrag.retrieval.limits.DEFAULT_LIMITS`);
             the candidates fetched are capped at ``limits.max_k``.
 
     Raises:
         InvalidParameterError: an invalid regular expression; an empty glob pattern or one wcmatch cannot
-            use (a brace expansion over 1,000 patterns); ``fetch_k`` not a positive int. The
-            wrapper fails closed: it never returns unfiltered results.
+            use (a brace expansion over 1,000 patterns); ``fetch_k`` not a positive int;
+            ``path_filter_timeout`` not a finite number > 0. The wrapper fails closed: it never returns
+            unfiltered results.
     """
 
     def __init__(
@@ -134,15 +163,28 @@ class PathFilterRetriever(ReturnsResult):
         path_filter: str | None = None,
         fetch_k: int = 100,
         limits: RetrievalLimits = DEFAULT_LIMITS,
+        path_filter_timeout: float = DEFAULT_PATH_FILTER_TIMEOUT,
     ) -> None:
         self.retriever = retriever
         self.limits = limits
         self.include_glob = _globs(include_glob, "include_glob")
         self.exclude_glob = _globs(exclude_glob, "exclude_glob")
         self.fetch_k = check_positive_int(fetch_k, "fetch_k")
+        if (
+            isinstance(path_filter_timeout, bool)
+            or not isinstance(path_filter_timeout, int | float)
+            or not math.isfinite(path_filter_timeout)
+            or path_filter_timeout <= 0
+        ):
+            raise InvalidParameterError(
+                f"path_filter_timeout must be a finite number of seconds > 0, got {path_filter_timeout!r}"
+            )
+        self.path_filter_timeout = float(path_filter_timeout)
         try:
-            self.path_filter = re.compile(path_filter) if path_filter is not None else None
-        except (re.error, TypeError) as exc:
+            self.path_filter: regex.Pattern[str] | None = (
+                regex.compile(path_filter) if path_filter is not None else None
+            )
+        except (regex.error, TypeError, ValueError) as exc:
             raise InvalidParameterError(f"path_filter is not a valid regular expression: {exc}") from exc
         self.name = getattr(retriever, "name", "retriever")
         self.pushdown: Filter | None = _pushdown(self.include_glob, self.exclude_glob)
@@ -154,14 +196,56 @@ class PathFilterRetriever(ReturnsResult):
         return bool(self.include_glob or self.exclude_glob or self.path_filter)
 
     def accepts(self, source_uri: str | None) -> bool:
-        """Whether a document with this ``source_uri`` passes the rules."""
+        """Whether a document with this ``source_uri`` passes the rules.
+
+        Raises:
+            RegexTimeoutError: matching ``path_filter`` took longer than ``path_filter_timeout``.
+        """
+        return self._accepts(source_uri, _Budget(self.path_filter_timeout))
+
+    def _accepts(self, source_uri: str | None, budget: _Budget) -> bool:
         if source_uri is None:
             return not (self.include_glob or self.path_filter)
         if self.include_glob and not glob.globmatch(source_uri, self.include_glob, flags=_GLOB_FLAGS):
             return False
         if self.exclude_glob and glob.globmatch(source_uri, self.exclude_glob, flags=_GLOB_FLAGS):
             return False
-        return self.path_filter is None or self.path_filter.search(source_uri) is not None
+        return self.path_filter is None or self._search(self.path_filter, source_uri, budget)
+
+    def _search(self, pattern: regex.Pattern[str], source_uri: str, budget: _Budget) -> bool:
+        """``pattern.search(source_uri)``, within what is left of the call's time; the time it took is spent."""
+        started = time.monotonic()
+        try:
+            if budget.left <= 0:
+                raise TimeoutError("regex timed out")
+            # concurrent=True releases the GIL while matching, so the event loop keeps running
+            return pattern.search(source_uri, concurrent=True, timeout=budget.left) is not None
+        except TimeoutError as exc:
+            raise RegexTimeoutError(
+                f"path_filter {pattern.pattern!r} ran past its time limit of {self.path_filter_timeout:g} s "
+                f"(path_filter_timeout, for one search) while matching source_uri {source_uri!r}: it backtracks "
+                "catastrophically on such paths. Rewrite it without nested or overlapping repetition (such as "
+                "(a+)+ or (a|a)+), or with an atomic group (?>...) or a possessive quantifier (a++)",
+                pattern=pattern.pattern, timeout=self.path_filter_timeout, text=source_uri,
+            ) from exc
+        finally:
+            budget.left -= time.monotonic() - started
+
+    def _kept(self, candidates: list[Document], budget: _Budget) -> list[Document]:
+        """The candidates that pass, in order; run in a worker thread when there is a regex to match."""
+        kept = []
+        for i, doc in enumerate(candidates):
+            if i % _CHECK_EVERY == _CHECK_EVERY - 1:
+                anyio.from_thread.check_cancelled()  # the caller gave up (its thread was abandoned): stop here
+            if self._accepts(doc.metadata.get(SOURCE_URI), budget):
+                kept.append(doc)
+        return kept
+
+    async def _filter(self, candidates: list[Document], budget: _Budget) -> list[Document]:
+        if self.path_filter is None:  # globs only: quick, on the event loop
+            return [d for d in candidates if self._accepts(d.metadata.get(SOURCE_URI), budget)]
+        # a regex may take up to path_filter_timeout: off the event loop, abandoned if the caller is cancelled
+        return await anyio.to_thread.run_sync(self._kept, candidates, budget, abandon_on_cancel=True)
 
     async def retrieve(
         self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
@@ -172,6 +256,8 @@ class PathFilterRetriever(ReturnsResult):
         Raises:
             InvalidParameterError: ``k`` or the query is invalid (see ``limits``); raised before the inner
                 retriever runs.
+            RegexTimeoutError: matching ``path_filter`` over this call's candidates took longer than
+                ``path_filter_timeout``.
             Exception: whatever the inner retriever raises.
         """
         check_query(query, self.limits)
@@ -184,6 +270,7 @@ class PathFilterRetriever(ReturnsResult):
         limit = fetch_limit(self.retriever, self.limits)
         fetch = min(max(self.fetch_k, wanted * 10), limit)
         pushed = self.pushdown
+        budget = _Budget(self.path_filter_timeout)
         while True:
             try:
                 candidates = await self.retriever.retrieve(query, k=fetch, filter=combine_filters(node, pushed))
@@ -192,7 +279,7 @@ class PathFilterRetriever(ReturnsResult):
                     raise
                 pushed = None  # the store cannot express the prefix: check every candidate here instead
                 continue
-            kept = [d for d in candidates if self.accepts(d.metadata.get(SOURCE_URI))]
+            kept = await self._filter(candidates, budget)
             if len(kept) >= wanted or len(candidates) < fetch:
                 break  # enough, or every candidate was examined
             if fetch >= limit:

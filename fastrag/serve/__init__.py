@@ -5,6 +5,7 @@ Needs the ``serve`` extra (``pip install "fastrag-retrieval[serve]"``). See docs
 * :mod:`fastrag.serve.config`: the TOML configuration (knowledge bases, limits, bearer tokens);
 * :mod:`fastrag.serve.schemas`: the request and response bodies (the OpenAPI schema);
 * :mod:`fastrag.serve.app`: :func:`~fastrag.serve.app.create_app`, the ASGI app;
+* :mod:`fastrag.serve.server`: uvicorn as ``fastrag serve`` runs it, with read timeouts and a connection limit;
 * :mod:`fastrag.serve.ask`: the ``/ask`` route, for knowledge bases with an LLM.
 """
 
@@ -13,12 +14,22 @@ from __future__ import annotations
 from fastrag.serve.config import (
     ServeConfig,
     ServeLimits,
+    ServerLimits,
     TokenBinding,
     load_config,
     parse_config,
 )
 
-__all__ = ["ServeConfig", "ServeLimits", "TokenBinding", "app_from_config", "create_app", "load_config", "parse_config"]
+__all__ = [
+    "ServeConfig",
+    "ServeLimits",
+    "ServerLimits",
+    "TokenBinding",
+    "app_from_config",
+    "create_app",
+    "load_config",
+    "parse_config",
+]
 
 
 def __getattr__(name: str) -> object:

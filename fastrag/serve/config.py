@@ -8,6 +8,11 @@
     max_body_bytes = 1048576        # largest request body, in bytes (413 above it)
     max_documents = 1000            # most documents one add request may carry
     request_timeout = 30.0          # seconds one retrieval may take (503 naming the store after it)
+    header_timeout = 10.0           # seconds for a request's line and headers to arrive (408, then closed)
+    body_timeout = 30.0             # seconds for its body to arrive once the headers have (408, then closed)
+    keep_alive_timeout = 5.0        # seconds an idle connection stays open after a response
+    max_connections = 1000          # open connections; a request beyond them is answered 503 at once
+    max_header_bytes = 16384        # the longest request line and headers, in bytes (431, then closed)
 
     [serve.tokens.alice]            # a bearer token bound to a tenant
     token_sha256 = "9f86d08..."     # SHA-256 (hex) of the token: the file holds no secret
@@ -43,7 +48,7 @@ from fastrag.errors import ConfigurationError
 from fastrag.retrieval.limits import MAX_K, MAX_QUERY_CHARS
 from fastrag.scoping import check_scope_value
 
-__all__ = ["ServeConfig", "ServeLimits", "TokenBinding", "load_config", "parse_config"]
+__all__ = ["ServeConfig", "ServeLimits", "ServerLimits", "TokenBinding", "load_config", "parse_config"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -88,6 +93,49 @@ class ServeLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one client may hold of the server: its connection, and the time it takes to send a request.
+    Applied by the server (:mod:`fastrag.serve.server`, which ``fastrag serve`` runs), before the app sees a
+    request; a client past one is answered and its connection closed.
+
+    Attributes:
+        header_timeout: seconds from a connection's opening (or, on a kept-alive connection, from the first
+            byte of its next request) until the request line and headers have all arrived; past it the
+            server answers 408 and closes the connection (a connection that sent nothing is closed without
+            an answer). A number in (0, 3600]; default 10. uvicorn has no such limit of its own.
+        body_timeout: seconds from the end of the headers until the whole body has arrived; past it, 408
+            and the connection is closed (the app sees a disconnected client). In (0, 3600]; default 30.
+        keep_alive_timeout: seconds an idle connection is kept open after a response (uvicorn's
+            ``timeout_keep_alive``). In (0, 3600]; default 5, uvicorn's.
+        max_connections: the most connections served at once (uvicorn's ``limit_concurrency``, which
+            counts open connections and requests in progress): a request that arrives while this many
+            are open or running is answered 503 at once, ``/healthz`` included. An int in [1, 1,000,000];
+            default 1,000.
+        max_header_bytes: the longest request line and headers, in bytes; a request past it is answered
+            431 and its connection closed. An int in [1,024, 1,048,576]; default 16,384, h11's own default.
+
+    Raises:
+        ConfigurationError: a bound out of its range.
+    """
+
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 1_000
+    max_header_bytes: int = 16_384
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
+                raise ConfigurationError(f"serve.{name} must be a number of seconds in (0, 3600], got {value!r}")
+        for name, low, high in (("max_connections", 1, 1_000_000), ("max_header_bytes", 1_024, 1 << 20)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigurationError(f"serve.{name} must be an int in [{low:,}, {high:,}], got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class TokenBinding:
     """One bearer token and what it may do.
 
@@ -117,11 +165,13 @@ class ServeConfig:
             :meth:`~fastrag.knowledge_base.KnowledgeBase.from_config`.
         limits: the request limits.
         tokens: the bearer tokens; empty: no authentication.
+        server: the connection limits (read timeouts, connection count, header size).
     """
 
     knowledge_bases: Mapping[str, Mapping[str, Any]]
     limits: ServeLimits = field(default_factory=ServeLimits)
     tokens: tuple[TokenBinding, ...] = ()
+    server: ServerLimits = field(default_factory=ServerLimits)
 
 
 def _token(label: str, table: Any, names: set[str], environ: Mapping[str, str]) -> TokenBinding:
@@ -190,17 +240,20 @@ def parse_config(data: Mapping[str, Any], *, environ: Mapping[str, str] | None =
     if not isinstance(serve, Mapping):
         raise ConfigurationError("[serve] must be a table")
     limit_names = ("max_query_chars", "max_top_k", "max_body_bytes", "max_documents", "request_timeout")
-    unknown = sorted(set(serve) - {*limit_names, "tokens"})
+    server_names = ("header_timeout", "body_timeout", "keep_alive_timeout", "max_connections", "max_header_bytes")
+    unknown = sorted(set(serve) - {*limit_names, *server_names, "tokens"})
     if unknown:
-        raise ConfigurationError(f"serve: unknown key(s) {unknown}; known: {[*limit_names, 'tokens']}")
+        raise ConfigurationError(f"serve: unknown key(s) {unknown}; known: {[*limit_names, *server_names, 'tokens']}")
     limits = ServeLimits(**{k: serve[k] for k in limit_names if k in serve})
+    server = ServerLimits(**{k: serve[k] for k in server_names if k in serve})
     token_tables = serve.get("tokens", {})
     if not isinstance(token_tables, Mapping):
         raise ConfigurationError("[serve.tokens] must be a table of tables")
     tokens = tuple(_token(label, table, set(kbs), environ) for label, table in token_tables.items())
     if len({t.digest for t in tokens}) != len(tokens):
         raise ConfigurationError("two serve.tokens have the same token")
-    return ServeConfig(knowledge_bases={k: dict(v) for k, v in kbs.items()}, limits=limits, tokens=tokens)
+    return ServeConfig(knowledge_bases={k: dict(v) for k, v in kbs.items()}, limits=limits, tokens=tokens,
+                       server=server)  # fmt: skip
 
 
 def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> ServeConfig:
