@@ -542,7 +542,7 @@ def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add the first stage's options (candidates per branch, fusion, branch failures) to a command; it receives
     them as one ``fusion_options`` dict (``None`` where not given). Put it right above the ``def``."""
     names = ("vector_candidate_k", "keyword_candidate_k", "fusion", "normalization", "vector_weight",
-             "keyword_weight", "rank_constant", "branch_timeout", "on_branch_error")  # fmt: skip
+             "keyword_weight", "rank_constant", "branch_timeout", "on_branch_error", "path_filter_timeout")  # fmt: skip
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -565,6 +565,8 @@ def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="RRF's k (default 60, Cormack et al. 2009)."),
         click.option("--branch-timeout", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
                      help="Hybrid: seconds each branch may take."),
+        click.option("--path-filter-timeout", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
+                     help="Seconds one search may spend matching --path-filter (default 1)."),
         click.option("--on-branch-error", type=click.Choice(("raise", "partial")),
                      help="Hybrid: a failed branch fails the search (raise, default) or leaves the other's results "
                           "(partial)."),

@@ -10,7 +10,7 @@ the same at every door (``docs/planning.md`` follows one query through it).
 The chain, outermost last::
 
     first stage      VectorRetriever | BM25Retriever | HybridRetriever(vector, bm25)   (mode)
-    path rules       PathFilterRetriever                  (include_glob, exclude_glob, path_filter)
+    path rules       PathFilterRetriever                  (include_glob, exclude_glob, path_filter, path_filter_timeout)
     reranking        RerankingRetriever                   (rerank, rerank_model, candidate_k, min_score)
     grouping         GroupingRetriever                    (group_by, group_score)
 
@@ -185,8 +185,10 @@ def compose(
                                  language=language, detector=detector)  # fmt: skip
         strategy = mode
         if settings.include_glob or settings.exclude_glob or settings.path_filter:
+            timeout = {} if settings.path_filter_timeout is None else {"path_filter_timeout": settings.path_filter_timeout}
             retriever = PathFilterRetriever(retriever, include_glob=settings.include_glob,
-                                            exclude_glob=settings.exclude_glob, path_filter=settings.path_filter)  # fmt: skip
+                                            exclude_glob=settings.exclude_glob, path_filter=settings.path_filter,
+                                            **timeout)  # fmt: skip
         if settings.rerank:
             if reranker is None:
                 raise ConfigurationError("rerank is true but no reranker was given")

@@ -155,6 +155,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("include_glob", "globs", "--include-glob", True, "keep results whose source_uri matches"),
     Option("exclude_glob", "globs", "--exclude-glob", True, "drop results whose source_uri matches"),
     Option("path_filter", "str", "--path-filter", True, "keep results whose source_uri matches this regex"),
+    Option("path_filter_timeout", "float", "--path-filter-timeout", True, "seconds one search may spend in path_filter"),
     Option("language", "str", "--language", True, "the question's language for BM25, or auto"),
     Option("branch_timeout", "float", "--branch-timeout", True, "seconds each hybrid branch may take"),
     Option("on_branch_error", "str", "--on-branch-error", True, "a failed hybrid branch: raise or partial"),
@@ -255,6 +256,10 @@ class SearchSettings:
     """Drop results whose ``source_uri`` matches one of these globs."""
     path_filter: str | None
     """Keep only results whose ``source_uri`` matches this regular expression (searched, not anchored)."""
+    path_filter_timeout: float | None
+    """Seconds one search may spend matching ``path_filter`` (all candidates together), a finite number > 0;
+    past it the search raises :class:`~fastrag.errors.RegexTimeoutError`. Default:
+    :data:`~fastrag.retrieval.path_filter.DEFAULT_PATH_FILTER_TIMEOUT` (1 s)."""
     language: str | None
     """The question's language for the BM25 branch: a language code (``"de"``; checked and normalised as
     BCP 47 by :func:`~fastrag.analysis.language_code`), or ``"auto"``: detect it among the languages the
@@ -359,9 +364,10 @@ class SearchSettings:
                 )
             code = "auto" if self.language.strip().lower() == "auto" else language_code(self.language)
             object.__setattr__(self, "language", code)
-        timeout = self.branch_timeout
-        if timeout is not None and (not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0):
-            raise InvalidParameterError(f"branch_timeout must be a finite number of seconds > 0, got {timeout!r}")
+        for name in ("branch_timeout", "path_filter_timeout"):
+            timeout = getattr(self, name)
+            if timeout is not None and (not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0):
+                raise InvalidParameterError(f"{name} must be a finite number of seconds > 0, got {timeout!r}")
         if self.on_branch_error is not None and self.on_branch_error not in ON_BRANCH_ERROR:
             raise InvalidParameterError(
                 f"on_branch_error must be one of {', '.join(ON_BRANCH_ERROR)}, got {self.on_branch_error!r}"
@@ -511,6 +517,7 @@ class ResolvedSearchSettings:
     include_glob: tuple[str, ...] | None
     exclude_glob: tuple[str, ...] | None
     path_filter: str | None
+    path_filter_timeout: float | None
     language: str | None
     branch_timeout: float | None
     on_branch_error: str
@@ -642,4 +649,4 @@ def resolve_settings(
 
 _MAY_BE_UNSET = frozenset({"rerank_model", "group_by", "min_score", "min_relative_score", "min_vector_score",
                            "min_keyword_score", "vector_candidate_k", "keyword_candidate_k", "include_glob",
-                           "exclude_glob", "path_filter", "language", "branch_timeout"})  # fmt: skip
+                           "exclude_glob", "path_filter", "path_filter_timeout", "language", "branch_timeout"})  # fmt: skip

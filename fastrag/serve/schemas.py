@@ -169,6 +169,7 @@ class RetrieveRequest(_Tenant):
                                             description="drop results whose source_uri matches one of these globs")
     path_filter: StrictStr | None = Field(None, min_length=1, max_length=1024,
                                           description="keep results whose source_uri matches this regular expression")
+    path_filter_timeout: float | None = Field(None, gt=0, le=60, description="seconds one search may spend in path_filter")
     language: StrictStr | None = Field(None, min_length=1, max_length=64,
                                        description="the question's language for BM25 (a language code), or auto")
     branch_timeout: float | None = Field(None, gt=0, le=3600, description="seconds each hybrid branch may take")
