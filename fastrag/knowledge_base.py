@@ -79,7 +79,7 @@ from fastrag.models import (
     TITLE,
     Document,
 )
-from fastrag.protocols import Embedder
+from fastrag.protocols import AsyncCloseable, Embedder, EmbedsText, LexicalStore, SupportsClear, SupportsGet, VectorStore
 from fastrag.scoping import (
     MAX_SCOPE_INT,
     MIN_SCOPE_INT,
@@ -392,7 +392,7 @@ class _ScopedStore:
             return self._get
         if name in ("dimension", "embedding_model"):
             return getattr(self.store, name)
-        if name in ("languages", "analyzer") and hasattr(self.store, name):
+        if name in ("languages", "analyzer", "accepts_language") and hasattr(self.store, name):
             return getattr(self.store, name)  # the languages analysed in, for a question's language=auto
         raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
 
@@ -605,15 +605,11 @@ class KnowledgeBase:
         on_branch_error: str | None = None,
         sections: SectionIndex | None = None,
     ) -> None:
-        if not isinstance(store, str) and not callable(getattr(store, "search_vector", None)):
+        if not isinstance(store, str) and not isinstance(store, VectorStore):
             raise ConfigurationError(f"store must be a store URL or a VectorStore, got {store!r}")
-        if lexical_store is not None and not isinstance(lexical_store, str) and not callable(
-            getattr(lexical_store, "search_text", None)
-        ):
+        if lexical_store is not None and not isinstance(lexical_store, str | LexicalStore):
             raise ConfigurationError(f"lexical_store must be a store URL or a LexicalStore, got {lexical_store!r}")
-        if embedder is not None and embedder is not False and not isinstance(embedder, str) and not callable(
-            getattr(embedder, "embed_query", None)  # not isinstance(Embedder): its dimension may not be known yet
-        ):
+        if embedder is not None and embedder is not False and not isinstance(embedder, str | EmbedsText):
             raise ConfigurationError(f"embedder must be None, False, a model name or an Embedder, got {embedder!r}")
         if isinstance(sources, str | Path) or not all(isinstance(s, str | Path) for s in sources):
             raise ConfigurationError(f"sources must be a list of paths, got {sources!r}")
@@ -623,7 +619,7 @@ class KnowledgeBase:
             raise ConfigurationError(f"require_scope must be true or false, got {require_scope!r}")
         if on_branch_error is not None and on_branch_error not in ("raise", "partial"):
             raise ConfigurationError(f"on_branch_error must be 'raise' or 'partial', got {on_branch_error!r}")
-        if sections is not None and not callable(getattr(sections, "add_all", None)):
+        if sections is not None and not _is_section_index(sections):
             raise ConfigurationError(f"sections must be a SectionIndex, got {sections!r}")
         self._fields = _check_fields_declaration(fields)
         self._tenant_keys: set[str] = {"user_id", "agent_id"} | {
@@ -762,7 +758,7 @@ class KnowledgeBase:
                 elif isinstance(lexical, str):
                     lexical = await stack.enter_async_context(open_store(lexical))
                 mode = resolve_settings(None, self.settings).search_mode
-                if mode != "vector" and not callable(getattr(lexical, "search_text", None)):
+                if mode != "vector" and not isinstance(lexical, LexicalStore):
                     raise ConfigurationError(
                         f"search_mode {mode!r} needs BM25, which {lexical!r} does not have; configure a lexical_store"
                     )
@@ -1313,7 +1309,7 @@ class KnowledgeBase:
                     reranker = CrossEncoderReranker(spec)
             except InvalidParameterError as exc:
                 raise ConfigurationError(f"rerank_model {spec!r}: {exc}") from exc
-            if self._stack is not None and callable(getattr(reranker, "aclose", None)):
+            if self._stack is not None and isinstance(reranker, AsyncCloseable):
                 self._stack.push_async_callback(reranker.aclose)
             self._rerankers[spec] = reranker
             return reranker
@@ -1328,6 +1324,8 @@ class KnowledgeBase:
 class KnowledgeBaseRetriever:
     """A :class:`~fastrag.protocols.Retriever` over a knowledge base's search (see
     :meth:`KnowledgeBase.as_retriever`)."""
+
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
 
     name = "knowledge_base"
 
@@ -1385,12 +1383,18 @@ async def _clear(view: _ScopedStore) -> int:
     if view.scope:
         return await view.delete(filter=view.confine(None))
     store = view.store
-    if callable(getattr(store, "clear", None)):
+    if isinstance(store, SupportsClear):
         return await store.clear()
-    if callable(getattr(store, "get", None)):
+    if isinstance(store, SupportsGet):
         ids = [doc.id for doc in await store.get()]
         removed = 0
         for start in range(0, len(ids), 500):
             removed += await store.delete(ids=ids[start : start + 500])
         return removed
     raise ConfigurationError(f"{store!r} has neither clear() nor get(): delete by filter instead")
+
+
+def _is_section_index(value: Any) -> bool:
+    from fastrag.retrieval.sections import SectionIndex
+
+    return isinstance(value, SectionIndex)

@@ -24,6 +24,15 @@ if TYPE_CHECKING:  # fastrag.llm imports httpx; this keeps `import fastrag` from
 
 __all__ = [
     "LLM",
+    "AsyncCloseable",
+    "ChecksBranches",
+    "EmbedsText",
+    "ReturnsResult",
+    "SupportsClear",
+    "SupportsDeferredRows",
+    "SupportsDepth",
+    "SupportsOffset",
+    "SupportsQueryLanguage",
     "Embedder",
     "LanguageDetector",
     "LexicalStore",
@@ -273,6 +282,118 @@ class Retriever(Protocol):
             FilterError: the filter is malformed.
             BackendError: the store failed (a retriever never reports a failure as "no match").
         """
+        ...
+
+
+# ----------------------------------------------------------------------------- optional capabilities
+# Each is declared by the object (a method, or a ``True`` class attribute where the capability is a way of
+# calling a method every such object has) and checked with ``isinstance``: never sniffed from signatures.
+
+
+@runtime_checkable
+class EmbedsText(Protocol):
+    """The two methods of an :class:`Embedder`, for checking an object without reading its ``dimension`` (a
+    property that loads a local model, or is unknown before a remote one's first answer)."""
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """See :meth:`Embedder.embed_documents`."""
+        ...
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """See :meth:`Embedder.embed_query`."""
+        ...
+
+
+@runtime_checkable
+class SupportsOffset(Protocol):
+    """A :class:`Retriever` whose ``retrieve`` takes ``offset=`` and returns ranks ``offset .. offset + k - 1``
+    (:mod:`fastrag.retrieval.pagination`); others are asked for ``offset + k`` and sliced."""
+
+    accepts_offset: bool
+    """``True``: ``retrieve(query, *, k, filter, offset)``."""
+
+    async def retrieve(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+    ) -> list[Document]:
+        """As :meth:`Retriever.retrieve`, from rank ``offset`` on."""
+        ...
+
+
+@runtime_checkable
+class SupportsQueryLanguage(Protocol):
+    """A :class:`LexicalStore` that analyses the query itself and takes its language:
+    ``search_text(query, *, k, filter, language=code)`` (the SQLite, PostgreSQL and Qdrant stores)."""
+
+    accepts_language: bool
+    """``True``: ``search_text`` takes ``language=``."""
+
+    async def search_text(
+        self, query: str, *, k: int, filter: FilterLike | None = None, language: str | None = None  # noqa: A002
+    ) -> list[Document]:
+        """As :meth:`LexicalStore.search_text`, the query analysed in ``language``."""
+        ...
+
+
+@runtime_checkable
+class SupportsDepth(Protocol):
+    """A :class:`RankFusion` whose ``fuse`` takes ``depth=``: each list is normalised (or ranked) over its first
+    ``depth`` documents whatever ``k`` is, so the top of a fused list does not depend on ``k``."""
+
+    accepts_depth: bool
+    """``True``: ``fuse(results, *, k, depth)``."""
+
+    def fuse(
+        self, results: Mapping[str, Sequence[Document]], *, k: int | None = None, depth: int | None = None
+    ) -> list[Document]:
+        """As :meth:`RankFusion.fuse`, over the first ``depth`` documents of each list."""
+        ...
+
+
+@runtime_checkable
+class ChecksBranches(Protocol):
+    """A :class:`RankFusion` that can refuse branch names it has no weight for, when a hybrid is built."""
+
+    def check_branches(self, names: Sequence[str]) -> None:
+        """Raise :class:`~fastrag.errors.InvalidParameterError` when the weights do not fit ``names``."""
+        ...
+
+
+@runtime_checkable
+class SupportsDeferredRows(Protocol):
+    """A store that can return ids and scores first and read the rows of the fused top k once, after fusion
+    (:mod:`fastrag.deferred`)."""
+
+    async def hydrate(self, documents: Sequence[Document]) -> list[Document]:
+        """``documents`` (ids, scores, ranks) with their content and metadata read."""
+        ...
+
+
+@runtime_checkable
+class SupportsClear(Protocol):
+    """A store that can remove every document at once."""
+
+    async def clear(self) -> int:
+        """Remove every document; return how many were removed."""
+        ...
+
+
+@runtime_checkable
+class ReturnsResult(Protocol):
+    """A :class:`Retriever` that reports its own status (:class:`~fastrag.retrieval.result.RetrievalResult`)."""
+
+    async def retrieve_result(
+        self, query: str, *, k: int = 10, filter: FilterLike | None = None, offset: int = 0  # noqa: A002
+    ) -> Any:
+        """Like ``retrieve``; failures of retrieval are reported in the result, not raised."""
+        ...
+
+
+@runtime_checkable
+class AsyncCloseable(Protocol):
+    """An object holding resources (a connection, a model, a client) released by ``aclose()``."""
+
+    async def aclose(self) -> None:
+        """Release the resources; idempotent."""
         ...
 
 

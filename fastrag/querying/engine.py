@@ -44,7 +44,7 @@ from fastrag.errors import BackendError, FilterError, InvalidParameterError
 from fastrag.filters import FilterLike
 from fastrag.llm import ChatMessage, _shown
 from fastrag.models import HEADINGS, LANGUAGE, PAGE, SOURCE_URI, TITLE, Document
-from fastrag.protocols import LLM, Retriever
+from fastrag.protocols import LLM, ReturnsResult, Retriever
 from fastrag.retrieval.result import RetrievalResult, retrieve_result
 
 __all__ = [
@@ -391,9 +391,9 @@ def _check_engine_settings(
             ``max_context_chars`` that is not a positive int, a ``system_prompt`` that is not a non-empty str,
             or bad sampling arguments.
     """
-    if not callable(getattr(retriever, "retrieve", None)):
+    if not isinstance(retriever, Retriever):
         raise InvalidParameterError(f"retriever has no retrieve() method: {retriever!r}")
-    if llm is not None and not callable(getattr(llm, "chat", None)):
+    if llm is not None and not isinstance(llm, LLM):
         raise InvalidParameterError(f"llm has no chat() method: {llm!r}")
     _check_positive_int("k", k)
     _check_positive_int("max_context_chars", max_context_chars)
@@ -524,10 +524,9 @@ async def retrieve_with_status(
         InvalidParameterError: the arguments are invalid, as the retriever raises them.
         FilterError: the filter is malformed, as the retriever raises it.
     """
-    own = getattr(retriever, "retrieve_result", None)
     try:
-        if callable(own):
-            result = await own(query, k=k, filter=filter)
+        if isinstance(retriever, ReturnsResult):
+            result = await retriever.retrieve_result(query, k=k, filter=filter)
         else:
             result = await retrieve_result(retriever, query, k=k, filter=filter)
     except (InvalidParameterError, FilterError):

@@ -14,7 +14,7 @@ import numpy as np
 
 from fastrag.errors import EmbeddingError, InvalidParameterError
 from fastrag.models import Document
-from fastrag.protocols import Embedder
+from fastrag.protocols import Embedder, EmbedsText
 from fastrag.rerankers._ranking import check_rerank_args, ranked_by_scores, text_of
 
 __all__ = ["EmbedderReranker"]
@@ -42,7 +42,7 @@ class EmbedderReranker:
     def __init__(self, embedder: Embedder, *, include_title: bool = True) -> None:
         # the methods only: isinstance(embedder, Embedder) would read `dimension`, which loads a local model
         # or is not known before a remote one's first answer
-        if not all(callable(getattr(embedder, m, None)) for m in ("embed_query", "embed_documents")):
+        if not isinstance(embedder, EmbedsText):
             raise InvalidParameterError(f"embedder must be an Embedder (embed_query, embed_documents), got {embedder!r}")
         self.embedder = embedder
         self.include_title = include_title

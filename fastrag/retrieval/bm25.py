@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import anyio.to_thread
@@ -11,7 +10,7 @@ from fastrag.analysis import language_code
 from fastrag.errors import ConfigurationError, InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
-from fastrag.protocols import LanguageDetector, LexicalStore
+from fastrag.protocols import LanguageDetector, LexicalStore, SupportsQueryLanguage
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.pagination import check_offset
@@ -56,6 +55,8 @@ class BM25Retriever(ReturnsResult):
         BackendError: the store failed.
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     name = "bm25"
 
     def __init__(
@@ -68,7 +69,7 @@ class BM25Retriever(ReturnsResult):
         detector: LanguageDetector | None = None,
         min_score: float | None = None,
     ) -> None:
-        if not callable(getattr(store, "search_text", None)):
+        if not isinstance(store, LexicalStore):
             raise ConfigurationError(
                 f"BM25Retriever needs BM25, which {store!r} does not have (no search_text); configure a lexical "
                 "store (FASTRAG_LEXICAL_STORE or --lexical-store, e.g. sqlite:///.fastrag/bm25.db) and pass it "
@@ -119,9 +120,6 @@ class BM25Retriever(ReturnsResult):
 
 
 def _takes_language(store: Any) -> bool:
-    """Whether ``store.search_text`` accepts ``language=`` (by name, or through ``**kwargs``)."""
-    try:
-        parameters = inspect.signature(store.search_text).parameters.values()
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return any(p.name == "language" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    """Whether ``store`` declares that its ``search_text`` takes ``language=``
+    (:class:`~fastrag.protocols.SupportsQueryLanguage`)."""
+    return isinstance(store, SupportsQueryLanguage) and store.accepts_language is True

@@ -93,6 +93,8 @@ def _validate_weights(weights: Weights) -> tuple[float, ...] | dict[str, float] 
 class _Fusion:
     """Validation, deduplication, tie-breaking and stamping shared by the fusion methods."""
 
+    accepts_depth = True  # fuse(..., depth=): fastrag.protocols.SupportsDepth
+
     def __init__(self, weights: Weights, group_by: str | None = None) -> None:
         self._weights = _validate_weights(weights)
         self._group_by = None if group_by is None else check_group_by(group_by)

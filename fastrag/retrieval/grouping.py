@@ -162,6 +162,8 @@ class GroupingRetriever(ReturnsResult):
     (with the inner retriever's under ``"candidates/"``).
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     name = "grouping"
 
     def __init__(

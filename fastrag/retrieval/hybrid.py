@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import logging
 import math
 import warnings
@@ -27,7 +25,7 @@ from fastrag.deferred import DEFER_ROWS_FOR, defers_rows
 from fastrag.errors import InvalidParameterError, RetrievalTimeoutError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
-from fastrag.protocols import RankFusion, Retriever
+from fastrag.protocols import ChecksBranches, RankFusion, Retriever, SupportsDepth
 from fastrag.retrieval._validation import (
     check_k,
     check_positive_int,
@@ -221,6 +219,8 @@ class HybridRetriever(ReturnsResult):
             :class:`~fastrag.retrieval.fusion.WeightedScoreFusion`.
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     name = "hybrid"
 
     def __init__(
@@ -279,9 +279,8 @@ class HybridRetriever(ReturnsResult):
         fusion = default_fusion(branches) if fusion is None else fusion
         if not isinstance(fusion, RankFusion):
             raise InvalidParameterError(f"fusion has no fuse() method: {fusion!r}")
-        check = getattr(fusion, "check_branches", None)
-        if callable(check):
-            check(list(branches))
+        if isinstance(fusion, ChecksBranches):
+            fusion.check_branches(list(branches))
         self._retrievers = MappingProxyType(branches)
         self._skipped = MappingProxyType(skipped)
         self._detect = detect
@@ -451,7 +450,7 @@ class HybridRetriever(ReturnsResult):
             if skipped:  # the default fusion over the branches that ran: BM25 alone scores 1.0 at best, not its 0.9
                 fusion = WeightedScoreFusion(normalization=self._fusion.normalization)  # type: ignore[attr-defined]
                 lists = {name: docs for name, docs in lists.items() if name not in skipped}
-            if _takes_depth(fusion.fuse):  # scored over candidate_k per branch: the top does not depend on k
+            if _takes_depth(fusion):  # scored over candidate_k per branch: the top does not depend on k
                 fused = fusion.fuse(lists, k=offset + k, depth=depth)  # type: ignore[call-arg]
             else:
                 fused = fusion.fuse(lists, k=offset + k)
@@ -489,21 +488,10 @@ class HybridRetriever(ReturnsResult):
         )
 
 
-def _takes_depth(fuse: Any) -> bool:
-    """Whether a fusion's ``fuse`` takes ``depth=`` (fastrag's fusions do; another may not)."""
-    function = getattr(fuse, "__func__", fuse)
-    try:
-        return _function_takes_depth(function)
-    except TypeError:  # an unhashable callable: inspect it each time
-        return _function_takes_depth.__wrapped__(function)
-
-
-@functools.lru_cache(maxsize=256)
-def _function_takes_depth(function: Any) -> bool:
-    try:
-        return "depth" in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
+def _takes_depth(fusion: Any) -> bool:
+    """Whether a fusion declares that its ``fuse`` takes ``depth=`` (:class:`~fastrag.protocols.SupportsDepth`:
+    fastrag's fusions do; another may not)."""
+    return isinstance(fusion, SupportsDepth) and fusion.accepts_depth is True
 
 
 def _name_branches(retrievers: list[Retriever]) -> dict[str, Retriever]:

@@ -28,13 +28,12 @@ that one for ``offset + k`` and slices).
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike
 from fastrag.models import Document
-from fastrag.protocols import Retriever
+from fastrag.protocols import Retriever, SupportsOffset
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 
 __all__ = ["check_offset", "retrieve_page", "takes_offset"]
@@ -56,11 +55,9 @@ def check_offset(offset: Any, k: int, limits: RetrievalLimits = DEFAULT_LIMITS) 
 
 
 def takes_offset(retriever: Any) -> bool:
-    """Whether ``retriever.retrieve`` accepts ``offset=`` (by name)."""
-    try:
-        return "offset" in inspect.signature(retriever.retrieve).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
+    """Whether ``retriever`` declares that its ``retrieve`` takes ``offset=``
+    (:class:`~fastrag.protocols.SupportsOffset`)."""
+    return isinstance(retriever, SupportsOffset) and retriever.accepts_offset is True
 
 
 async def retrieve_page(

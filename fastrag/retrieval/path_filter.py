@@ -154,6 +154,8 @@ class PathFilterRetriever(ReturnsResult):
             unfiltered results.
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     def __init__(
         self,
         retriever: Retriever,

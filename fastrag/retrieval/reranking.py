@@ -66,6 +66,8 @@ class RerankingRetriever(ReturnsResult):
     (with the first stage's own stages under ``"first_stage/"``) and ``"rerank"``.
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     name = "reranking"
 
     def __init__(

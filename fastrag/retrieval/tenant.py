@@ -67,6 +67,8 @@ class TenantScopedRetriever(ReturnsResult):
         FilterError: from :meth:`retrieve`, a malformed call filter.
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     def __init__(
         self,
         retriever: Retriever,

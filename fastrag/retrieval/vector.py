@@ -50,6 +50,8 @@ class VectorRetriever(ReturnsResult):
         BackendError: the store failed.
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     name = "vector"
 
     def __init__(

@@ -29,7 +29,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -223,7 +223,7 @@ def create_app(
                     raise
                 logger.info("knowledge base %r open: %r", name, kb)
             for llm in llms.values():
-                if callable(getattr(llm, "__aenter__", None)):
+                if isinstance(llm, AbstractAsyncContextManager):
                     await stack.enter_async_context(llm)
             yield
 

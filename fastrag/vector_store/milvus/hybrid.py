@@ -46,6 +46,8 @@ class MilvusHybridRetriever:
             store that is not a :class:`MilvusVectorStore`.
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     name = "milvus_hybrid"
 
     def __init__(

@@ -51,7 +51,7 @@ from fastrag.errors import (
     FastragError,
     InvalidParameterError,
 )
-from fastrag.filters import FilterLike, combine_filters, parse_date
+from fastrag.filters import FilterLike, combine_filters, is_native_filter, parse_date
 from fastrag.models import Document
 from fastrag.vector_store._metadata import epoch_micros, metadata_json
 from fastrag.vector_store._validation import (
@@ -210,6 +210,8 @@ class PgVectorStore:
             await store.upsert(docs, embeddings=vectors)
             hits = await store.search_text("solar panels", k=5, filter=field("lang") == "en")
     """
+
+    accepts_language = True  # search_text(..., language=): fastrag.protocols.SupportsQueryLanguage
 
     idempotent_upsert = True
     """An upsert replaces documents by id in one transaction, so :class:`~fastrag.retry.RetryingStore` may
@@ -529,7 +531,7 @@ class PgVectorStore:
             if isinstance(combined, PgWhere):
                 parts.append(f"({combined.sql})")
                 params.extend(combined.params)
-            elif combined is not None and not hasattr(combined, "native_backend"):
+            elif combined is not None and not is_native_filter(combined):
                 text, values = translate_filter(combined)
                 parts.append(text)
                 params.extend(values)

@@ -54,6 +54,8 @@ class QdrantHybridRetriever:
             weights that are negative, all zero, name other branches, or are given with ``"dbsf"``.
     """
 
+    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
+
     name = "hybrid"
 
     def __init__(

@@ -203,6 +203,8 @@ class SQLiteVectorStore:
             hits = await store.search_text("ranking", k=5)
     """
 
+    accepts_language = True  # search_text(..., language=): fastrag.protocols.SupportsQueryLanguage
+
     idempotent_upsert = True
     """An upsert replaces documents by id in one transaction, so :class:`~fastrag.retry.RetryingStore` may
     send it again after a transient failure (a database busy past its timeout)."""
