@@ -542,7 +542,8 @@ def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add the first stage's options (candidates per branch, fusion, branch failures) to a command; it receives
     them as one ``fusion_options`` dict (``None`` where not given). Put it right above the ``def``."""
     names = ("vector_candidate_k", "keyword_candidate_k", "fusion", "normalization", "vector_weight",
-             "keyword_weight", "rank_constant", "branch_timeout", "on_branch_error", "path_filter_timeout")  # fmt: skip
+             "keyword_weight", "rank_constant", "branch_timeout", "on_branch_error", "path_filter_timeout",
+             "mmr_lambda", "mmr_candidate_k")  # fmt: skip
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -565,6 +566,11 @@ def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="RRF's k (default 60, Cormack et al. 2009)."),
         click.option("--branch-timeout", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
                      help="Hybrid: seconds each branch may take."),
+        click.option("--mmr-lambda", type=click.FloatRange(0, 1), metavar="LAMBDA",
+                     help="Diversify the results by Maximal Marginal Relevance: relevance's share (0.5: relevance "
+                          "and novelty alike; 1: relevance alone)."),
+        click.option("--mmr-candidate-k", type=click.IntRange(1, 10_000),
+                     help="With --mmr-lambda: the candidates MMR chooses among (default 50)."),
         click.option("--path-filter-timeout", type=click.FloatRange(0, min_open=True), metavar="SECONDS",
                      help="Seconds one search may spend matching --path-filter (default 1)."),
         click.option("--on-branch-error", type=click.Choice(("raise", "partial")),

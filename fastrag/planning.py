@@ -12,6 +12,7 @@ The chain, outermost last::
     first stage      VectorRetriever | BM25Retriever | HybridRetriever(vector, bm25)   (mode)
     path rules       PathFilterRetriever                  (include_glob, exclude_glob, path_filter, path_filter_timeout)
     reranking        RerankingRetriever                   (rerank, rerank_model, candidate_k, min_score)
+    diversity        MMRRetriever                         (mmr_lambda, mmr_candidate_k)
     grouping         GroupingRetriever                    (group_by, group_score)
 
 ``"auto"`` is decided here from the corpus size (counted in the scope and filter): ``"direct"`` (every
@@ -46,8 +47,8 @@ class Plan:
     Attributes:
         retriever: the chain (a :class:`~fastrag.protocols.Retriever`).
         settings: the settings as finally used (``"auto"`` may have widened ``candidate_k``).
-        strategy: what runs: ``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"direct"``, then ``"+rerank"``
-            and ``"+group"`` when those stages run.
+        strategy: what runs: ``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"direct"``, then ``"+rerank"``,
+            ``"+mmr"`` and ``"+group"`` when those stages run.
         corpus_size: the chunks ``"auto"`` counted, else ``None``.
     """
 
@@ -195,6 +196,14 @@ def compose(
             retriever = RerankingRetriever(retriever=retriever, reranker=reranker, candidate_k=settings.candidate_k,
                                            min_score=settings.min_score)  # fmt: skip
             strategy = f"{mode}+rerank"
+        if settings.mmr_lambda is not None:
+            if embedder is None:
+                raise ConfigurationError("mmr_lambda needs an embedder (its cosine measures redundancy)")
+            from fastrag.retrieval.diversity import DEFAULT_MMR_CANDIDATE_K, MMRRetriever
+
+            retriever = MMRRetriever(retriever, embedder=embedder, mmr_lambda=settings.mmr_lambda,
+                                     candidate_k=settings.mmr_candidate_k or DEFAULT_MMR_CANDIDATE_K)  # fmt: skip
+            strategy = f"{strategy}+mmr"
         if settings.group_by is not None:
             retriever = GroupingRetriever(retriever, group_by=settings.group_by, score=settings.group_score)  # type: ignore[arg-type]
             strategy = f"{strategy}+group"

@@ -146,6 +146,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("rank_constant", "float", "--rank-constant", True, "RRF's k (Cormack et al. 2009: 60)"),
     Option("rerank", "bool", "--rerank", True, "rerank candidate_k candidates with rerank_model"),
     Option("rerank_model", "any", "--rerank-model", False, "embedder, cohere[:model], a cross-encoder folder"),
+    Option("mmr_lambda", "float", "--mmr-lambda", True, "diversify by MMR: relevance's share in [0, 1]"),
+    Option("mmr_candidate_k", "int", "--mmr-candidate-k", True, "candidates MMR chooses among"),
     Option("group_by", "str", "--group-by", True, "one result per value of this metadata key"),
     Option("group_score", "str", None, True, "with group_by: max or sum"),
     Option("min_score", "float", "--min-score", True, "cut on the final list's own scale"),
@@ -231,6 +233,13 @@ class SearchSettings:
     embedder), ``"cohere"`` or ``"cohere:<model>"`` (:class:`~fastrag.rerankers.CohereReranker`, API key from
     the environment), a local cross-encoder folder (:class:`~fastrag.rerankers.CrossEncoderReranker`), or
     any :class:`~fastrag.protocols.Reranker` object."""
+    mmr_lambda: float | None
+    """Diversify the results by Maximal Marginal Relevance (Carbonell & Goldstein 1998;
+    :class:`~fastrag.retrieval.diversity.MMRRetriever`): relevance's share in [0, 1] (0.5 weighs relevance
+    and novelty alike). Unset (the default): no MMR."""
+    mmr_candidate_k: int | None
+    """With ``mmr_lambda``: the candidates MMR chooses among, an int in [1, 10,000]; default
+    :data:`~fastrag.retrieval.diversity.DEFAULT_MMR_CANDIDATE_K` (50)."""
     group_by: str | None
     """One result per value of this metadata key (``"parent_id"``, ``"source_uri"``, any field), credited
     with ``group_score`` and carrying the group's other matching chunks
@@ -326,6 +335,9 @@ class SearchSettings:
             raise InvalidParameterError(
                 f"rank_constant must be a number in (0, {MAX_RANK_CONSTANT:g}] (Cormack et al. 2009 use 60), got {rc!r}"
             )
+        lam = self.mmr_lambda
+        if lam is not None and (not _is_number(lam) or not math.isfinite(lam) or not 0 <= lam <= 1):
+            raise InvalidParameterError(f"mmr_lambda must be a number in [0, 1], got {lam!r}")
         if self.group_by is not None and (not isinstance(self.group_by, str) or not self.group_by.strip()):
             raise InvalidParameterError(f"group_by must be a metadata key (a non-empty string), got {self.group_by!r}")
         if self.group_score is not None and self.group_score not in ("max", "sum"):
@@ -373,6 +385,7 @@ class SearchSettings:
                 f"on_branch_error must be one of {', '.join(ON_BRANCH_ERROR)}, got {self.on_branch_error!r}"
             )
         for name, low in (("candidate_k", 1), ("vector_candidate_k", 1), ("keyword_candidate_k", 1), ("top_k", 1),
+                          ("mmr_candidate_k", 1),
                           ("auto_direct_max", 0), ("auto_rerank_min", 1)):  # fmt: skip
             value = getattr(self, name)
             if value is None:
@@ -508,6 +521,8 @@ class ResolvedSearchSettings:
     rank_constant: float
     rerank: bool
     rerank_model: Any
+    mmr_lambda: float | None
+    mmr_candidate_k: int | None
     group_by: str | None
     group_score: str
     min_score: float | None
@@ -647,6 +662,6 @@ def resolve_settings(
     return ResolvedSearchSettings(**values, origins=MappingProxyType(origins))
 
 
-_MAY_BE_UNSET = frozenset({"rerank_model", "group_by", "min_score", "min_relative_score", "min_vector_score",
+_MAY_BE_UNSET = frozenset({"rerank_model", "mmr_lambda", "mmr_candidate_k", "group_by", "min_score", "min_relative_score", "min_vector_score",
                            "min_keyword_score", "vector_candidate_k", "keyword_candidate_k", "include_glob",
                            "exclude_glob", "path_filter", "path_filter_timeout", "language", "branch_timeout"})  # fmt: skip

@@ -6,7 +6,7 @@ The matrix: the shipped static model and a model that is not the shipped one (th
 another folder name, so it is not in the measured table and gets the dense models' defaults: before the one
 planner, ``fastrag search`` fused it by z-score over 200 candidates while the knowledge base, ``serve`` and
 the tool fused min-max over 40); crossed with hybrid, keyword and vector; reranking; a filter; a path glob;
-``group_by``; ``offset``; a threshold; a language; a tenant scope.
+``group_by``; ``offset``; a threshold; a language; a tenant scope; RRF with a per-branch candidate count; MMR.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ CELLS: list[tuple[str, dict[str, Any]]] = [
     ("language", {"language": "en", "mode": "keyword"}),
     ("tenant", {"user_id": "alice"}),
     ("rrf", {"fusion": "rrf", "rank_constant": 10, "keyword_candidate_k": 5}),
+    ("mmr", {"mmr_lambda": 0.5, "mmr_candidate_k": 12}),
 ]
 
 

@@ -153,6 +153,8 @@ class RetrieveRequest(_Tenant):
     rank_constant: float | None = Field(None, gt=0, le=MAX_RANK_CONSTANT, description="RRF's k (60 by default)")
     rerank: StrictBool | RerankOptions | None = Field(
         None, description="rerank candidate_k candidates with the knowledge base's rerank_model")
+    mmr_lambda: float | None = Field(None, ge=0, le=1, description="diversify by MMR: relevance's share in [0, 1]")
+    mmr_candidate_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates MMR chooses among")
     group_by: StrictStr | None = Field(None, min_length=1, max_length=256, description="one result per value of this key")
     group_score: Literal["max", "sum"] | None = None
     min_score: float | None = Field(
