@@ -79,7 +79,7 @@ from fastrag.models import (
     TITLE,
     Document,
 )
-from fastrag.protocols import AsyncCloseable, Embedder, EmbedsText, LexicalStore, SupportsClear, SupportsGet, VectorStore
+from fastrag.protocols import AsyncCloseable, Embedder, EmbedsText, SearchesText, SupportsClear, SupportsGet, VectorStore
 from fastrag.scoping import (
     MAX_SCOPE_INT,
     MIN_SCOPE_INT,
@@ -607,7 +607,7 @@ class KnowledgeBase:
     ) -> None:
         if not isinstance(store, str) and not isinstance(store, VectorStore):
             raise ConfigurationError(f"store must be a store URL or a VectorStore, got {store!r}")
-        if lexical_store is not None and not isinstance(lexical_store, str | LexicalStore):
+        if lexical_store is not None and not isinstance(lexical_store, str | SearchesText):
             raise ConfigurationError(f"lexical_store must be a store URL or a LexicalStore, got {lexical_store!r}")
         if embedder is not None and embedder is not False and not isinstance(embedder, str | EmbedsText):
             raise ConfigurationError(f"embedder must be None, False, a model name or an Embedder, got {embedder!r}")
@@ -758,7 +758,7 @@ class KnowledgeBase:
                 elif isinstance(lexical, str):
                     lexical = await stack.enter_async_context(open_store(lexical))
                 mode = resolve_settings(None, self.settings).search_mode
-                if mode != "vector" and not isinstance(lexical, LexicalStore):
+                if mode != "vector" and not isinstance(lexical, SearchesText):
                     raise ConfigurationError(
                         f"search_mode {mode!r} needs BM25, which {lexical!r} does not have; configure a lexical_store"
                     )

@@ -30,7 +30,7 @@ from typing import Any
 
 from fastrag.errors import ConfigurationError, FilterError, InvalidParameterError
 from fastrag.models import Document
-from fastrag.protocols import LexicalStore, Reranker, Retriever, SupportsLanguages
+from fastrag.protocols import Reranker, Retriever, SearchesText, SupportsLanguages
 from fastrag.retrieval.limits import MAX_K
 from fastrag.settings import AUTO_WIDE_RETRIEVAL_K, ResolvedSearchSettings
 
@@ -228,7 +228,7 @@ def _first_stage(
 
     lexical = vector_store if lexical_store is None else lexical_store
     final = None if settings.rerank or mode not in ("vector", "keyword") else settings.min_score
-    if mode in ("keyword", "hybrid", "direct") and not isinstance(lexical, LexicalStore):
+    if mode in ("keyword", "hybrid", "direct") and not isinstance(lexical, SearchesText):
         raise ConfigurationError(
             f"mode {mode!r} needs BM25, which {lexical!r} does not have; configure a lexical store "
             "(lexical_store=, FASTRAG_LEXICAL_STORE or --lexical-store, e.g. sqlite:///.fastrag/bm25.db)"

@@ -28,6 +28,7 @@ __all__ = [
     "ChecksBranches",
     "EmbedsText",
     "ReturnsResult",
+    "SearchesText",
     "SupportsClear",
     "SupportsDeferredRows",
     "SupportsDepth",
@@ -288,6 +289,16 @@ class Retriever(Protocol):
 # ----------------------------------------------------------------------------- optional capabilities
 # Each is declared by the object (a method, or a ``True`` class attribute where the capability is a way of
 # calling a method every such object has) and checked with ``isinstance``: never sniffed from signatures.
+
+
+@runtime_checkable
+class SearchesText(Protocol):
+    """The one method BM25 retrieval needs of a :class:`LexicalStore` (a read-only or wrapped store may have
+    no writes)."""
+
+    async def search_text(self, query: str, *, k: int, filter: FilterLike | None = None) -> list[Document]:  # noqa: A002
+        """See :meth:`LexicalStore.search_text`."""
+        ...
 
 
 @runtime_checkable

@@ -60,9 +60,9 @@ async def test_branches_carry_ids_and_the_store_reads_k_rows_once(tmp_path, monk
         seen: dict[str, list] = {}
         real_fuse, real_hydrate = hybrid.fusion.fuse, store.hydrate
 
-        def fuse(results, *, k=None):  # noqa: ANN001, ANN202
+        def fuse(results, *, k=None, depth=None):  # noqa: ANN001, ANN202 - the fusion declares accepts_depth
             seen["branches"] = [d for docs in results.values() for d in docs]
-            return real_fuse(results, k=k)
+            return real_fuse(results, k=k, depth=depth)
 
         async def hydrate(documents):  # noqa: ANN001, ANN202
             seen.setdefault("hydrated", []).append(len(documents))

@@ -10,7 +10,7 @@ from fastrag.analysis import language_code
 from fastrag.errors import ConfigurationError, InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
-from fastrag.protocols import LanguageDetector, LexicalStore, SupportsQueryLanguage
+from fastrag.protocols import LanguageDetector, LexicalStore, SearchesText, SupportsQueryLanguage
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.pagination import check_offset
@@ -69,7 +69,7 @@ class BM25Retriever(ReturnsResult):
         detector: LanguageDetector | None = None,
         min_score: float | None = None,
     ) -> None:
-        if not isinstance(store, LexicalStore):
+        if not isinstance(store, SearchesText):
             raise ConfigurationError(
                 f"BM25Retriever needs BM25, which {store!r} does not have (no search_text); configure a lexical "
                 "store (FASTRAG_LEXICAL_STORE or --lexical-store, e.g. sqlite:///.fastrag/bm25.db) and pass it "
