@@ -46,7 +46,7 @@ from fastrag.vector_store.milvus.connection import (
     sdk_errors,
 )
 from fastrag.vector_store.milvus.filters import (
-    _TRUE,
+    MATCH_ALL,
     MilvusExpr,
     and_expressions,
     encode_id,
@@ -55,7 +55,7 @@ from fastrag.vector_store.milvus.filters import (
     native_or_translated,
     string_literal,
 )
-from fastrag.vector_store.milvus.hybrid_search import search_hybrid
+from fastrag.vector_store.milvus.hybrid_search import plan_hybrid, run_hybrid
 from fastrag.vector_store.milvus.results import (
     bm25_score,
     check_search_k,
@@ -738,7 +738,7 @@ class MilvusVectorStore:
 
     async def clear(self) -> int:
         """Delete every document; return how many were removed."""
-        return await self.delete(filter=MilvusExpr(_TRUE))
+        return await self.delete(filter=MilvusExpr(MATCH_ALL))
 
     def _id_filter_expressions(
         self, ids: Sequence[str] | None, filter: FilterLike | MilvusExpr | None  # noqa: A002
@@ -746,7 +746,7 @@ class MilvusVectorStore:
         """Expressions whose union selects ``ids`` AND ``filter`` (ids in batches); ``[]`` selects nothing."""
         condition = native_or_translated(filter)
         if ids is None:
-            return [condition or _TRUE]
+            return [condition or MATCH_ALL]
         if isinstance(ids, str) or not isinstance(ids, Sequence):
             raise InvalidParameterError("ids must be a sequence of strings, not one string")
         for i in ids:
@@ -768,7 +768,7 @@ class MilvusVectorStore:
         last: str | None = None
         while True:
             page_expression = expression if last is None else and_expressions(
-                expression or _TRUE, f"{ID_FIELD} > {string_literal(last)}"
+                expression or MATCH_ALL, f"{ID_FIELD} > {string_literal(last)}"
             )
             page = await self._call("query", self.collection, filter=page_expression, output_fields=output_fields,
                                     limit=_QUERY_PAGE, iterator="True")
@@ -968,11 +968,31 @@ class MilvusVectorStore:
             FilterError / UnsupportedFilterError: the filter is malformed / cannot be expressed.
             BackendError: Milvus failed.
         """
-        fused = search_hybrid(
-            self, query, embedding, k=k, filter=filter, fusion=fusion, rank_constant=rank_constant, weights=weights,
-            candidate_k=candidate_k, provenance=provenance,
-        )
+        plan = plan_hybrid(
+            query, embedding, k=k, filter=filter, fusion=fusion, rank_constant=rank_constant, weights=weights,
+            candidate_k=candidate_k,
+        )  # fmt: skip
+        exists = await self._searchable()
+        if not self.enable_bm25:
+            raise ConfigurationError(f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True")
+        if not exists:
+            return []
+        if not self._has_vectors:
+            raise ConfigurationError(f"{self.name}: the collection holds no dense vectors (BM25 only)")
+        if plan.vector.shape[0] != self.dimension:
+            raise DimensionMismatchError(
+                f"{self.name}: query has dimension {plan.vector.shape[0]}, the store holds {self.dimension}"
+            )
+        fused = run_hybrid(plan, hybrid_page=self._hybrid_page, search_leg=self._search, provenance=provenance)
         return await self._unless_never_written(fused, [])
+
+    async def _hybrid_page(self, requests: list[Any], fusion_ranker: Any, limit: int) -> list[Any]:
+        """The raw hits of one ``hybrid_search`` call for ``limit`` fused hits."""
+        result = await self._call(
+            "hybrid_search", self.collection, requests, fusion_ranker, limit=limit,
+            output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD],
+        )  # fmt: skip
+        return result[0] if result else []
 
 
 def index_params(pymilvus: Any, spec: Mapping[str, Any]) -> Any:
