@@ -25,10 +25,10 @@ from fastrag.vector_store.milvus.results import (
     TIE_SLACK,
     bm25_score,
     check_search_k,
-    document,
     ranked,
     settled_page,
 )
+from fastrag.vector_store.milvus.rows import document
 from fastrag.vector_store.milvus.schema import (
     HAS_VECTOR_FIELD,
     MAX_TOP_K,
