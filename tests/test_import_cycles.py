@@ -297,3 +297,18 @@ def test_no_module_imports_another_modules_private_names() -> None:
     assert not new, f"imports of private names (make the name public where it is shared, or move it): {new}"
     gone = sorted(set(KNOWN_PRIVATE_IMPORTS) - found)
     assert not gone, f"these private imports are gone: remove them from KNOWN_PRIVATE_IMPORTS: {gone}"
+
+
+def test_the_native_hybrids_use_only_their_stores_public_methods() -> None:
+    """The Milvus and Qdrant hybrid retrievers and the Milvus hybrid search reach no private attribute of another
+    object (``store._call``, ``store._models``...): they go through the store's public ``search_hybrid``."""
+    reached = []
+    paths = sorted((PACKAGE / "vector_store").glob("*/hybrid*.py"))
+    assert {"milvus", "qdrant"} <= {path.parent.name for path in paths}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                owner = ast.unparse(node.value)
+                if owner not in ("self", "cls"):
+                    reached.append(f"{path.relative_to(ROOT)}:{node.lineno}: {owner}.{node.attr}")
+    assert not reached, "\n".join(reached)
