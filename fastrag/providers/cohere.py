@@ -30,8 +30,15 @@ from typing import Any
 
 import httpx
 
-from fastrag.errors import BackendError, ConfigurationError, FastragError, InvalidParameterError, RetrievalTimeoutError
-from fastrag.providers.http import AUTH_STATUSES, HTTPX_ERRORS, check_timeout, shown, status_error, transport_error
+from fastrag.errors import BackendError, ConfigurationError, FastragError, RetrievalTimeoutError
+from fastrag.providers.http import (
+    AUTH_STATUSES,
+    HTTPX_ERRORS,
+    HeldHTTPClient,
+    check_timeout,
+    status_error,
+    transport_error,
+)
 
 __all__ = ["API_KEY_ENV", "AUTH_STATUSES", "BASE_URL_ENV", "DEFAULT_BASE_URL", "INSTALL_HINT", "CohereClient"]
 
@@ -46,7 +53,7 @@ INSTALL_HINT = 'pip install "fastrag-retrieval[cohere]"'
 COHERE_AUTH_STATUSES = AUTH_STATUSES | {498}  # 498: Cohere's "invalid token"
 
 
-class CohereClient:
+class CohereClient(HeldHTTPClient):
     """One Cohere endpoint through the SDK: the key, the base URL, the SDK client, and typed errors.
 
     Args:
@@ -55,7 +62,7 @@ class CohereClient:
         api_key: the key; ``None`` reads :data:`API_KEY_ENV`.
         base_url: the API's base URL; ``None`` reads :data:`BASE_URL_ENV`, else Cohere's.
         httpx_client: an ``httpx.AsyncClient`` for the SDK to send with; it stays the caller's (never closed
-            here). Without one, the client creates its own and closes it in :meth:`aclose`.
+            here). Without one, the client creates its own and closes it in ``aclose()``.
         timeout: seconds one request may take, in (0, 1e6].
         what: names the request in messages (``"embedding request"``, ``"rerank request"``).
         stage: the :class:`~fastrag.errors.RetrievalTimeoutError`'s ``stage`` (``"embed"``, ``"rerank"``).
@@ -78,8 +85,7 @@ class CohereClient:
         stage: str,
     ) -> None:
         self.timeout = check_timeout(timeout)
-        if httpx_client is not None and not isinstance(httpx_client, httpx.AsyncClient):
-            raise InvalidParameterError(f"httpx_client must be an httpx.AsyncClient, got {shown(httpx_client)}")
+        self.check_http_client(httpx_client, "httpx_client")  # before the key and the SDK, as before
         key = api_key if api_key is not None else next((os.environ[v] for v in API_KEY_ENV if os.environ.get(v)), None)
         if not isinstance(key, str) or not key.strip():
             raise ConfigurationError(f"{owner} needs an API key: pass api_key= or set {' or '.join(API_KEY_ENV)}")
@@ -94,18 +100,11 @@ class CohereClient:
         self.what = what
         self.stage = stage
         self._secret = key.strip()
-        self._owns_http = httpx_client is None
-        self._http = httpx_client if httpx_client is not None else httpx.AsyncClient(timeout=self.timeout)
+        super().__init__(httpx_client, timeout=self.timeout, name="httpx_client")
         self.sdk: Any = cohere.AsyncClientV2(
             api_key=self._secret, base_url=base_url, httpx_client=self._http, timeout=self.timeout,
             log_warning_experimental_features=False,
         )  # fmt: skip
-        self._closed = False
-
-    @property
-    def http(self) -> httpx.AsyncClient:
-        """The ``httpx.AsyncClient`` the SDK sends with (the injected one, or the client's own)."""
-        return self._http
 
     def redact(self, text: str) -> str:
         """``text`` with the API key replaced by ``***``."""
@@ -146,13 +145,6 @@ class CohereClient:
             f"{self.what} timed out after {self.timeout} s", timeout=self.timeout, stage=self.stage, store=self.where
         )
 
-    async def aclose(self) -> None:
-        """Close the HTTP client if this object created it (an injected one stays open). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_http:
-            await self._http.aclose()
 
 
 def body_message(body: Any) -> str:

@@ -45,6 +45,7 @@ from fastrag.retry import retry_after_seconds
 __all__ = [
     "AUTH_STATUSES",
     "HTTPX_ERRORS",
+    "HeldHTTPClient",
     "MAX_TIMEOUT",
     "TRANSIENT_STATUSES",
     "UNAVAILABLE_STATUSES",
@@ -138,6 +139,53 @@ def transport_error(
 
 HTTPX_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError)
 """Every exception ``httpx`` raises while sending or reading, for an ``except`` around a request."""
+
+
+class HeldHTTPClient:
+    """The ``httpx.AsyncClient`` a provider client sends with: an injected one stays the caller's (never closed
+    here); without one, its own, closed by :meth:`aclose`. The base of both provider clients.
+
+    Args:
+        http_client: the injected client, or ``None``.
+        timeout: seconds, for the client created when none is injected.
+
+    Raises:
+        InvalidParameterError: ``http_client`` is not an ``httpx.AsyncClient`` (``name`` names the argument).
+    """
+
+    def __init__(self, http_client: httpx.AsyncClient | None, *, timeout: float, name: str = "http_client") -> None:
+        self.check_http_client(http_client, name)
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.AsyncClient(timeout=timeout)
+        self._closed = False
+
+    @staticmethod
+    def check_http_client(http_client: Any, name: str = "http_client") -> None:
+        """Refuse an ``http_client`` that is neither ``None`` nor an ``httpx.AsyncClient`` (before anything is built).
+
+        Raises:
+            InvalidParameterError: naming the argument ``name``.
+        """
+        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
+            raise InvalidParameterError(f"{name} must be an httpx.AsyncClient, got {shown(http_client)}")
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The ``httpx.AsyncClient`` requests go through (the injected one, or the client's own)."""
+        return self._http
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` has run."""
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it (an injected one stays open). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_http:
+            await self._http.aclose()
 
 
 def check_timeout(timeout: Any) -> float:

@@ -43,7 +43,15 @@ from fastrag.errors import (
     InvalidParameterError,
     RetrievalTimeoutError,
 )
-from fastrag.providers.http import HTTPX_ERRORS, check_timeout, shown, snippet, status_error, transport_error
+from fastrag.providers.http import (
+    HTTPX_ERRORS,
+    HeldHTTPClient,
+    check_timeout,
+    shown,
+    snippet,
+    status_error,
+    transport_error,
+)
 
 __all__ = [
     "API_KEY_ENV",
@@ -73,7 +81,7 @@ _RESERVED_HEADERS = frozenset({"content-type", "content-length", "transfer-encod
 _MAX_INT_DIGITS = 18
 
 
-class OpenAICompatibleClient:
+class OpenAICompatibleClient(HeldHTTPClient):
     """One OpenAI-compatible endpoint: ``POST {base_url}{path}`` with a JSON body, one attempt at a time.
 
     Args:
@@ -87,7 +95,7 @@ class OpenAICompatibleClient:
         headers: extra headers for every request (see :func:`check_headers`).
         timeout: seconds one attempt may take in all, in (0, 1e6].
         http_client: an ``httpx.AsyncClient`` to send with; it stays the caller's (never closed here).
-            Without one, the client creates its own and closes it in :meth:`aclose`.
+            Without one, the client creates its own and closes it in ``aclose()``.
         max_response_bytes: the largest body read, in bytes after decompression (an int >= 1).
         what: names the request in messages (``"chat completion request"``, ``"embedding request"``).
         stage: the :class:`~fastrag.errors.RetrievalTimeoutError`'s ``stage`` (``"chat"``, ``"embed"``).
@@ -118,8 +126,7 @@ class OpenAICompatibleClient:
     ) -> None:
         check_base_url(base_url, example=example)
         self.timeout = check_timeout(timeout)
-        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
-            raise InvalidParameterError(f"http_client must be an httpx.AsyncClient, got {shown(http_client)}")
+        super().__init__(http_client, timeout=self.timeout)
         if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes <= 0:
             raise InvalidParameterError(f"max_response_bytes must be a positive int, got {shown(max_response_bytes)}")
         extra = check_headers(headers)
@@ -144,19 +151,6 @@ class OpenAICompatibleClient:
         self._headers = {**extra, "content-type": "application/json"}
         if self._secret is not None:
             self._headers["authorization"] = f"Bearer {self._secret}"
-        self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.AsyncClient(timeout=self.timeout)
-        self._closed = False
-
-    @property
-    def http(self) -> httpx.AsyncClient:
-        """The ``httpx.AsyncClient`` requests go through (the injected one, or the client's own)."""
-        return self._http
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`aclose` has run."""
-        return self._closed
 
     def redact(self, text: str) -> str:
         """``text`` with the API key replaced by ``***`` (for messages holding what a server answered)."""
@@ -231,13 +225,6 @@ class OpenAICompatibleClient:
             store=self.where,
         )
 
-    async def aclose(self) -> None:
-        """Close the HTTP client if this object created it (an injected one stays open). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_http:
-            await self._http.aclose()
 
 
 def check_base_url(base_url: Any, *, example: str) -> None:
