@@ -150,7 +150,7 @@ class NoTextError(IngestionError):
 
 class SectionNotFoundError(FastragError, LookupError):
     """A retrieved chunk cannot be traced back to a section held by a
-    :class:`~fastrag.retrieval.sections.SectionIndex`: its parent document is not in the index, the index
+    :class:`~fastrag.sections.SectionIndex`: its parent document is not in the index, the index
     holds another version of it, or no section of it contains the chunk.
 
     Attributes:

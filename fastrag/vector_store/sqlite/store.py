@@ -87,8 +87,8 @@ from fastrag.errors import (
     TransientBackendError,
 )
 from fastrag.filters import Filter, FilterLike, matches, parse_filter
+from fastrag.limits import check_positive_int
 from fastrag.models import Document, owned_document
-from fastrag.retrieval._validation import check_positive_int
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import (
     check_dimension,
