@@ -77,7 +77,7 @@ def unwritable(path: str) -> str | None:
     while not folder.exists() and folder != folder.parent:  # the store's folders are created on first open
         folder = folder.parent
     if _read_only_fs(folder):
-        return f"it is on a read-only file system ({folder})"
+        return f"its folder {folder} is on a read-only file system"
     if file.exists() and not os.access(file, os.W_OK):
         return f"this user may not write the file {file}"
     if os.access(folder, os.W_OK):

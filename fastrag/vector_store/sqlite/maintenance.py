@@ -150,7 +150,7 @@ class MaintenanceRecord:
 
 @dataclass(frozen=True)
 class SQLiteStoreStatus:
-    """What :meth:`SQLiteVectorStore.status() <fastrag.vector_store.sqlite.SQLiteVectorStore.status>` reports.
+    """What ``SQLiteVectorStore.status()`` reports.
 
     Attributes:
         path: the store's file (or ``":memory:"``).

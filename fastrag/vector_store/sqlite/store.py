@@ -41,10 +41,10 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
   read-only connections (``read_connections``, default ``min(4, os.cpu_count())``), so reads run
   concurrently with each other and with a write (WAL). Each call is one read transaction, so it sees one
   committed state (a snapshot) even while this store, another store or another process writes. A call
-  takes a token of a capacity limiter of ``read_connections`` before it hops into a worker thread, so no
-  more threads run reads at once than there are connections; the other calls wait in the event loop, in
-  order (issue 28). ``":memory:"`` (and ``""``) cannot be shared between connections: such a store keeps
-  one connection, and one thread at a time.
+  takes a token of a capacity limiter of two per connection before it hops into a worker thread, so at
+  most one thread per connection waits for one (and a returned connection wakes one); the other calls
+  wait in the event loop, in order (issue 28). ``":memory:"`` (and ``""``) cannot be shared between
+  connections: such a store keeps one connection.
 - **Read-only files**: a store this process cannot write (a read-only file system, permissions, or
   ``read_only=True``) opens for reading (:mod:`fastrag.vector_store.sqlite.access`: SQLite's ``mode=ro``,
   or ``immutable`` when its WAL index cannot be created); its writes raise
@@ -156,6 +156,9 @@ _BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLIT
 _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
 _VECTOR_INDEXES = ("exact", "hnsw", "pq")
 _ANN_SAVE_EVERY = 0.05  # save the ANN index again once vectors added since its last save pass this share
+_THREADS_PER_CONNECTION = 2
+"""Worker threads a connection may have at once: the one using it and one parked, ready to take it when it
+comes back (:meth:`SQLiteVectorStore._limiters`)."""
 T = TypeVar("T")
 # Per event loop (an anyio RunVar) and per store: the capacity limiters gating the hop into a worker thread,
 # (reads, writer). A limiter belongs to one event loop; a store used from several loops gets one per loop.
@@ -272,8 +275,8 @@ class SQLiteVectorStore:
         self._maintenance = maintenance.MaintenanceRecord()  # the last post-commit merge's outcome
         # the pool of read connections: guarded by _pool; _busy counts those checked out, _opening those
         # being opened; every open reader is in _readers, the idle ones also in _idle (last used on top).
-        # The hop into a worker thread is gated by a capacity limiter of _max_readers (_limiters), so a
-        # thread finds a connection free and never parks here, bar a reader closed for a bad state.
+        # The hop into a worker thread is gated by a capacity limiter of two per connection (_limiters),
+        # so at most one thread per connection ever waits here, and a returned connection wakes one.
         self._pool = threading.Condition(threading.Lock())
         self._readers: list[sqlite3.Connection] = []
         self._idle: list[sqlite3.Connection] = []
@@ -608,13 +611,20 @@ class SQLiteVectorStore:
     def _limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]:
         """This event loop's capacity limiters of this store: ``(reads, writer)``.
 
-        Every hop into a worker thread takes a token first, so no more threads run (or wait) at once than
-        the store has connections for: ``read_connections`` for reads of a file store, one for what runs on
-        the writer connection (writes; every call of a ``":memory:"`` store). Calls beyond that wait in the
-        event loop, in order (issue 28: a search parked a worker thread on the read pool, and every returned
-        connection woke every parked thread). The limiters live per event loop (an anyio ``RunVar``), as a
-        limiter belongs to one: a store used from several loops at once can park threads of one loop behind
-        another's, which the pool's condition still serialises correctly.
+        Every hop into a worker thread takes a token first: two per connection (``_THREADS_PER_CONNECTION``),
+        ``read_connections`` connections for reads of a file store, one for what runs on the writer
+        connection (writes; every call of a ``":memory:"`` store). So each connection has at most one
+        thread using it and one parked, ready to take it the moment it comes back (and woken alone,
+        ``notify``); calls beyond that wait in the event loop, in order. Issue 28: a search parked a worker
+        thread on the read pool, up to anyio's 40, and every returned connection woke all of them.
+
+        Two per connection rather than one, by measurement (``benchmarks/results/concurrency-variants.md``):
+        with one, a returned connection idles until the event loop has handed the next call to a thread,
+        which cost 25-40% of the queries/s at 32 calls in flight on a busy 2-core machine; the waiting
+        thread takes it at once.
+
+        The limiters live per event loop (an anyio ``RunVar``), as a limiter belongs to one: a store used
+        from several loops at once can park more threads, which the pool's condition still serves in turn.
         """
         table = _LIMITERS.get(None)
         if table is None:
@@ -622,7 +632,10 @@ class SQLiteVectorStore:
             _LIMITERS.set(table)
         limiters = table.get(self)
         if limiters is None:
-            limiters = table[self] = (anyio.CapacityLimiter(self._max_readers), anyio.CapacityLimiter(1))
+            limiters = table[self] = (
+                anyio.CapacityLimiter(_THREADS_PER_CONNECTION * self._max_readers),
+                anyio.CapacityLimiter(_THREADS_PER_CONNECTION),
+            )
         return limiters
 
     def _refuse_if_closed(self) -> None:
@@ -656,8 +669,9 @@ class SQLiteVectorStore:
 
         Every statement ``fn`` runs on ``conn`` sees the same committed state, and ``snapshot`` is the
         in-memory view of that state (:meth:`_snapshot_for`). A file store takes a connection from the read pool; a private
-        (``":memory:"``) one uses its only connection under the lock. At most ``read_connections`` such
-        threads run at once (:meth:`_limiters`); the other calls wait in the event loop.
+        (``":memory:"``) one uses its only connection under the lock. At most two threads per read
+        connection hop in at once, one reading and one ready (:meth:`_limiters`); the other calls wait in
+        the event loop.
         """
         if self._private:
             return await self._run(lambda: self._in_snapshot(self._conn, fn, args))
