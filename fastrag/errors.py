@@ -23,6 +23,7 @@ a backend SDK type.
     ├── RerankerError                          a local reranker failed, or a reranker returned a bad result
     └── BackendError                           the store (or a remote model API) failed while answering
         ├── BackendUnavailableError            the store cannot be reached or opened
+        ├── ReadOnlyStoreError                 a write to a store opened read-only
         ├── AuthenticationError                the credentials were refused (HTTP 401, 403)
         └── TransientBackendError              may succeed if retried: connection reset, timeout, 429, 503
             ├── BackendTemporarilyUnavailableError   unreachable, timed out or 502/503/504 during a request
@@ -56,6 +57,7 @@ __all__ = [
     "InvalidParameterError",
     "NoTextError",
     "RateLimitError",
+    "ReadOnlyStoreError",
     "RegexTimeoutError",
     "RerankerError",
     "RetrievalTimeoutError",
@@ -150,7 +152,7 @@ class NoTextError(IngestionError):
 
 class SectionNotFoundError(FastragError, LookupError):
     """A retrieved chunk cannot be traced back to a section held by a
-    :class:`~fastrag.retrieval.sections.SectionIndex`: its parent document is not in the index, the index
+    :class:`~fastrag.sections.SectionIndex`: its parent document is not in the index, the index
     holds another version of it, or no section of it contains the chunk.
 
     Attributes:
@@ -182,6 +184,12 @@ class BackendError(FastragError):
 
 class BackendUnavailableError(BackendError):
     """The store cannot be reached, opened or read."""
+
+
+class ReadOnlyStoreError(BackendError):
+    """A write (upsert, delete, clear) to a store opened read-only: its file or folder is not writable by
+    this process (a read-only file system, permissions), or it was opened with ``read_only=True``. The
+    message names the store and why. Never retried: the store stays read-only while it is open."""
 
 
 class AuthenticationError(BackendError):

@@ -108,7 +108,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fastrag.ingestion.pipeline import IngestionReport
     from fastrag.protocols import Embedder, Reranker
     from fastrag.retrieval.result import RetrievalResult
-    from fastrag.retrieval.sections import SectionIndex
+    from fastrag.sections import SectionIndex
 
 __all__ = [
     "AUTO_DIRECT_MAX",
@@ -149,7 +149,7 @@ _IMPLICIT_FIELDS: Mapping[str, str] = MappingProxyType(
         CONTENT_HASH: "string",
         HEADINGS: "list",
         "chunker": "string",  # fastrag.ingestion.pipeline.CHUNKER
-        "section_index": "long",  # fastrag.retrieval.sections: where a chunk lies in its parsed section
+        "section_index": "long",  # fastrag.sections: where a chunk lies in its parsed section
         "section_start": "long",
         "section_end": "long",
         "user_id": _TENANT,
@@ -565,7 +565,7 @@ class KnowledgeBase:
             or ``scope``), so a forgotten tenant never reads or deletes across tenants.
         chunker: the :class:`~fastrag.ingestion.chunking.Chunker` for :meth:`add_sources` and :meth:`sync`
             (default: 1,000 characters, 100 overlap).
-        sections: a :class:`~fastrag.retrieval.sections.SectionIndex` that :meth:`add_sources` and
+        sections: a :class:`~fastrag.sections.SectionIndex` that :meth:`add_sources` and
             :meth:`sync` fill with every parsed file (and prune with it), so a hit can be traced back to its
             section with ``await sections.resolve(hit)``. It is keyed by ``source_uri`` and shared by every
             tenant; the caller opens and closes it.
@@ -920,7 +920,7 @@ class KnowledgeBase:
 
         Unchanged files are neither embedded nor written, so re-running over a persisted knowledge base
         costs a lookup per file. Every chunk goes to both stores, cut by the knowledge base's ``chunker``;
-        with ``sections``, every parsed file also goes to that :class:`~fastrag.retrieval.sections.SectionIndex`.
+        with ``sections``, every parsed file also goes to that :class:`~fastrag.sections.SectionIndex`.
         A scope's files are tracked on their own: syncing the same folder for ``user_id="alice"`` and for
         ``user_id="bob"`` writes two copies, and each scope's pruning touches only its own chunks.
 

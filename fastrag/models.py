@@ -26,6 +26,9 @@ __all__ = [
     "RANK",
     "RESERVED_KEYS",
     "SCORE",
+    "SECTION_END",
+    "SECTION_INDEX",
+    "SECTION_START",
     "SOURCE_URI",
     "TITLE",
     "BranchResult",
@@ -50,6 +53,14 @@ CONTENT_HASH = "content_hash"
 """SHA-256 of the parent file's bytes; lets re-indexing skip unchanged files."""
 HEADINGS = "headings"
 """The heading path of the section a chunk was cut from, outermost first (a list of str), set by ingestion."""
+SECTION_INDEX = "section_index"
+"""The zero-based index of the section a chunk was cut from, in the ``sections`` of its
+:class:`~fastrag.ingestion.parsers.ParsedDocument` (an int), set by ingestion; :mod:`fastrag.sections` traces
+a hit back to its section with it."""
+SECTION_START = "section_start"
+"""Offset of a chunk's first character in its section's body (characters, an int), set by ingestion."""
+SECTION_END = "section_end"
+"""Offset one past a chunk's last character in its section's body (characters, an int), set by ingestion."""
 GROUP = "grouping"
 """The group a grouped result stands for (:mod:`fastrag.retrieval.grouping`): ``{"by": key, "value": ...,
 "chunks": [{"id", "content", "metadata"}, ...]}``, ``chunks`` being the group's other matching chunks, best

@@ -25,8 +25,12 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from fastrag.errors import InvalidParameterError
+from fastrag.filters import Comparison
+from fastrag.filters import field as filter_field
+from fastrag.models import RESERVED_KEYS
 
 __all__ = [
+    "DEFAULT_TENANT_KEY",
     "MAX_SCOPE_INT",
     "MIN_SCOPE_INT",
     "SCOPE_SEPARATOR",
@@ -34,6 +38,7 @@ __all__ = [
     "scope_prefix",
     "scoped_id",
     "split_scoped_id",
+    "tenant_filter",
 ]
 
 MIN_SCOPE_INT = -(2**63)
@@ -102,3 +107,26 @@ def split_scoped_id(stored_id: str) -> tuple[dict[str, str | int], str] | None:
             key, _, number = segment.partition("#")
             scope[unquote(key)] = int(number)
     return scope, match.group(2)
+
+
+DEFAULT_TENANT_KEY = "tenant_id"
+"""The metadata key that holds a document's tenant, unless another is given."""
+
+
+def tenant_filter(tenant: str | int, tenant_key: str = DEFAULT_TENANT_KEY) -> Comparison:
+    """The filter ``equals(tenant_key, tenant)``, after checking both.
+
+    Raises:
+        InvalidParameterError: ``tenant`` is not a non-empty str of valid Unicode or an int within signed
+            64 bits (bools rejected; :func:`check_scope_value`), or ``tenant_key`` is not a
+            non-empty str of valid Unicode or is a reserved metadata key (``score``, ``source_uri``...).
+    """
+    if isinstance(tenant, bool) or not isinstance(tenant, str | int) or tenant == "":
+        raise InvalidParameterError(f"tenant must be a non-empty str or an int, got {tenant!r}")
+    check_scope_value("tenant", tenant)
+    if not isinstance(tenant_key, str) or not tenant_key:
+        raise InvalidParameterError(f"tenant_key must be a non-empty str, got {tenant_key!r}")
+    check_scope_value("tenant_key", tenant_key)  # valid Unicode
+    if tenant_key in RESERVED_KEYS:
+        raise InvalidParameterError(f"tenant_key {tenant_key!r} is a reserved metadata key")
+    return filter_field(tenant_key) == tenant

@@ -1,4 +1,4 @@
-"""The benchmark scripts still run: quality.py, speed.py and speed_backends.py on a tiny slice (``--smoke``),
+"""The benchmark scripts still run: quality.py, speed.py, speed_backends.py, concurrency.py and others on a tiny slice (``--smoke``),
 tables well formed.
 
 No timing is asserted (timing belongs in the benchmarks themselves); this only keeps the scripts from
@@ -194,3 +194,15 @@ def test_serve_smoke(tmp_path: Path) -> None:
     for r in rows:
         sdk_rps, http_rps, ratio = float(r[1]), float(r[2]), float(r[3])
         assert sdk_rps > 0 and http_rps > 0 and abs(ratio - sdk_rps / http_rps) < 0.1 * ratio
+
+
+def test_concurrency_smoke(tmp_path: Path) -> None:
+    """benchmarks/concurrency.py: BM25 and hybrid q/s at 1/8/32 calls in flight, ratios to 1 in flight."""
+    text = _run("concurrency.py", tmp_path / "concurrency.md")
+    rows = _table_rows(text, "| retriever | calls in flight |")
+    assert [(r[0], r[1]) for r in rows] == [(n, c) for n in ("bm25", "hybrid") for c in ("1", "8", "32")]
+    for r in rows:
+        assert float(r[2].split()[0]) > 0 and r[3].endswith("x")
+    assert all(r[3] == "1.00x" for r in rows if r[1] == "1")
+    data = json.loads((tmp_path / "concurrency.json").read_text())
+    assert len(data["runs"]["after"]) == 1 and data["meta"]["read_connections"] >= 1

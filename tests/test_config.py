@@ -240,7 +240,7 @@ def test_open_embedder_builds_each_kind_with_its_options() -> None:
     assert isinstance(openai, OpenAICompatibleEmbedder)
     assert (openai.name, openai.url, openai.dimensions, openai.document_prefix, openai.max_concurrency) == (
         "openai:text-embedding-3-large", "http://127.0.0.1:9/v1/embeddings", 64, "passage: ", 2)
-    assert openai._headers["authorization"] == "Bearer sk-x"
+    assert openai._client._headers["authorization"] == "Bearer sk-x"  # the HTTP layer: fastrag.providers.openai
     # a recorded name says its kind and model
     again = open_embedder("openai:text-embedding-3-large", settings=Settings(embedder_base_url="http://127.0.0.1:9/v1"), env={})
     assert again.name == openai.name

@@ -29,7 +29,7 @@ from fastrag.knowledge_base import (
 )
 from fastrag.models import Document
 from fastrag.retrieval.hybrid import LEXICAL_WEIGHT_BY_EMBEDDER
-from fastrag.retrieval.sections import SectionIndex
+from fastrag.sections import SectionIndex
 from fastrag.vector_store.sqlite import SQLiteVectorStore
 
 pytestmark = pytest.mark.anyio

@@ -690,6 +690,25 @@ async def test_server_hybrid_weights_and_validation(hybrid_store):
 
 
 @pytest.mark.anyio
+async def test_the_store_s_search_hybrid_is_what_the_retriever_returns(hybrid_store):
+    """``QdrantVectorStore.search_hybrid`` is public (the retriever embeds the question and calls it), and
+    checks its own arguments before any request."""
+    store, embedder = hybrid_store
+    retriever = QdrantHybridRetriever(store=store, embedder=embedder, fusion="dbsf", candidate_k=5)
+    query, where = "machine learning python", {"notEquals": {"key": "category", "value": "art"}}
+    direct = await store.search_hybrid(query, await embedder.embed_query(query), k=4, filter=where, fusion="dbsf",
+                                       candidate_k=5)
+    assert direct == await retriever.retrieve(query, k=4, filter=where)
+    assert [d.rank for d in direct] == [0, 1, 2, 3] and all(d.branches for d in direct)
+    vector = await embedder.embed_query(query)
+    for bad in ({"k": 0}, {"k": 3, "fusion": "sum"}, {"k": 3, "candidate_k": 0}, {"k": 3, "weights": {"bm25": 1}}):
+        with pytest.raises(InvalidParameterError):
+            await store.search_hybrid(query, vector, **bad)
+    with pytest.raises(InvalidParameterError):
+        await store.search_hybrid(" ", vector, k=3)
+
+
+@pytest.mark.anyio
 async def test_server_hybrid_needs_bm25():
     async with QdrantVectorStore(location=":memory:", enable_bm25=False) as store:
         await store.upsert([Document(id="a", content="x")], embeddings=np.ones((1, 16), dtype=np.float32))

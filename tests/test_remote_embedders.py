@@ -167,6 +167,15 @@ async def test_openai_unreachable_endpoint_is_named() -> None:
             await e.embed_documents(["x"])
 
 
+async def test_openai_normalises_large_but_float32_values_without_losing_the_direction() -> None:
+    """[1e30, 1e30, 0, 0] fits float32, but squaring it there overflows: the row was silently all zeros."""
+    step = lambda body: Reply(200, {"data": [{"index": 0, "embedding": [1e30, 1e30, 0.0, 0.0]}]})  # noqa: E731
+    with ScriptedHTTPServer([step], path_prefix="/v1") as server:
+        async with OpenAICompatibleEmbedder("m", base_url=server.url) as embedder:
+            vector = await embedder.embed_query("big")
+    np.testing.assert_allclose(vector, [2**-0.5, 2**-0.5, 0.0, 0.0], rtol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------ Cohere
 
 

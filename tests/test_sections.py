@@ -15,8 +15,15 @@ from fastrag.errors import BackendError, BackendUnavailableError, InvalidParamet
 from fastrag.filters import field
 from fastrag.ingestion import Chunker, IngestionPipeline, parse_markdown
 from fastrag.models import Document
-from fastrag.retrieval import SectionIndex, SourceSection, merge_chunks
-from fastrag.retrieval.sections import MERGED_FROM, SECTION_END, SECTION_INDEX, SECTION_START
+from fastrag.sections import (
+    MERGED_FROM,
+    SECTION_END,
+    SECTION_INDEX,
+    SECTION_START,
+    SectionIndex,
+    SourceSection,
+    merge_chunks,
+)
 from fastrag.testing.fakes import HashingEmbedder, InMemoryStore
 
 GUIDE = """\
@@ -647,3 +654,26 @@ async def test_a_corrupt_stored_row_is_a_backend_error(tmp_path: Path) -> None:
             await index.get("guide.md")
         with pytest.raises(BackendError, match="corrupt"):
             await index.resolve(Document(id="x", content="Run", metadata=INSTALL))
+
+
+# ------------------------------------------------------------------------------ the old import paths
+
+
+def test_the_old_import_paths_still_work_and_name_the_new_one() -> None:
+    """``fastrag.sections`` is where the section index lives now (retrieval never imports ingestion); the
+    names it had under ``fastrag.retrieval`` and ``fastrag.retrieval.sections`` are the same objects, each
+    import warning with the new path."""
+    import importlib
+    import sys
+
+    import fastrag.retrieval
+    import fastrag.sections
+
+    sys.modules.pop("fastrag.retrieval.sections", None)
+    with pytest.warns(DeprecationWarning, match=r"import from fastrag\.sections"):
+        old = importlib.import_module("fastrag.retrieval.sections")
+    for name in fastrag.sections.__all__:
+        assert getattr(old, name) is getattr(fastrag.sections, name)
+    for name in ("SectionIndex", "SourceSection", "ParentDocument", "merge_chunks"):
+        with pytest.warns(DeprecationWarning, match=rf"from fastrag\.sections import {name}"):
+            assert getattr(fastrag.retrieval, name) is getattr(fastrag.sections, name)

@@ -12,7 +12,7 @@ Each chunk becomes a :class:`~fastrag.models.Document` whose id is ``f"{source_u
 (the section's heading path, a list of strings), ``chunker`` (the chunker's settings, see
 :attr:`~fastrag.ingestion.chunking.Chunker.fingerprint`), and ``section_index``, ``section_start`` and
 ``section_end`` (which parsed section the chunk was cut from, and its character offsets in that section's
-body; :mod:`fastrag.retrieval.sections` traces hits back to their sections with them), and for a PDF ``page``
+body; :mod:`fastrag.sections` traces hits back to their sections with them), and for a PDF ``page``
 (the 1-based page the chunk lies on; a chunk never spans two pages). The embedded text is
 ``title + "\\n" + chunk`` (just the chunk when the title is empty); the stored ``content`` is the chunk alone.
 """
@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -71,6 +72,9 @@ from fastrag.models import (
     LANGUAGE,
     PAGE,
     PARENT_ID,
+    SECTION_END,
+    SECTION_INDEX,
+    SECTION_START,
     SOURCE_URI,
     TITLE,
     Document,
@@ -82,12 +86,9 @@ from fastrag.protocols import (
     SupportsGet,
     VectorStore,
 )
-from fastrag.retrieval.sections import (
-    SECTION_END,
-    SECTION_INDEX,
-    SECTION_START,
-    SectionIndex,
-)
+
+if TYPE_CHECKING:  # the section index is handed in; ingestion never imports fastrag.sections (it imports us)
+    from fastrag.sections import SectionIndex
 
 __all__ = ["CHUNKER", "HEADINGS", "IngestionFailure", "IngestionPipeline", "IngestionReport", "SkippedFile",
            "source_uri_of"]
@@ -268,7 +269,7 @@ class IngestionPipeline:
             than this is one batch of its own), so an interrupted run never leaves half a document.
         show_progress: draw a :mod:`rich` progress bar on stderr; ``None`` (default) draws it only when
             stderr is a terminal.
-        sections: a :class:`~fastrag.retrieval.sections.SectionIndex` that receives every document the
+        sections: a :class:`~fastrag.sections.SectionIndex` that receives every document the
             run parses (changed or not; files that fail to parse are left as they were), with the file's
             ``content_hash``, and forgets the files ``prune=True`` deletes. It stays the caller's (never
             closed here).

@@ -42,7 +42,8 @@ from typing import Any, Literal
 
 from fastrag.errors import BackendError, FilterError, InvalidParameterError
 from fastrag.filters import FilterLike
-from fastrag.llm import ChatMessage, _shown
+from fastrag.llm import ChatMessage
+from fastrag.providers.http import shown as _shown
 from fastrag.models import HEADINGS, LANGUAGE, PAGE, SOURCE_URI, TITLE, Document
 from fastrag.protocols import LLM, ReturnsResult, Retriever
 from fastrag.retrieval.result import RetrievalResult, retrieve_result

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastrag.errors import InvalidParameterError, RerankerError
+from fastrag.limits import check_query
 from fastrag.models import TITLE, Document
-from fastrag.retrieval._validation import check_query
 
 
 def check_rerank_args(query: Any, documents: Any, k: Any) -> list[Document]:

@@ -16,52 +16,40 @@ Behaviour:
 - **Retries**: only :class:`~fastrag.errors.TransientBackendError` is retried, under a
   :class:`~fastrag.retry.RetryPolicy` (bounded exponential backoff with full jitter, at least the server's
   ``Retry-After``): HTTP 429 (:class:`~fastrag.errors.RateLimitError`), 500, 502, 503, 504, a timeout
-  (:class:`~fastrag.errors.RetrievalTimeoutError`), a dropped connection. The SDK's own retries are
+  (:class:`~fastrag.errors.RetrievalTimeoutError`), a refused or dropped connection. The SDK's own retries are
   switched off, so the policy is the only one. A rerank request changes nothing, so resending it is safe.
-- **Errors**: HTTP 401, 403 and 498 raise :class:`~fastrag.errors.AuthenticationError`; any other status
-  :class:`~fastrag.errors.BackendError` (400 and 422 name the request's fault, and are never retried); a
-  refused connection :class:`~fastrag.errors.BackendUnavailableError`. SDK exceptions are chained, never
-  raised as they are.
+- **Errors** name the endpoint (``{base_url}/v2/rerank``) and never the key: HTTP 401, 403 and 498 raise
+  :class:`~fastrag.errors.AuthenticationError`; 502, 503, 504 and a refused connection
+  :class:`~fastrag.errors.BackendTemporarilyUnavailableError` (retried; also a
+  :class:`~fastrag.errors.BackendUnavailableError`); any other status :class:`~fastrag.errors.BackendError`
+  (400 and 422 name the request's fault, and are never retried). SDK exceptions are chained, never raised as
+  they are. The key, the base URL, the SDK client and this mapping are
+  :class:`~fastrag.providers.cohere.CohereClient`'s, shared with
+  :class:`~fastrag.ingestion.steps.cohere.CohereEmbedder`.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 import httpx
 
-from fastrag.errors import (
-    AuthenticationError,
-    BackendError,
-    BackendUnavailableError,
-    ConfigurationError,
-    InvalidParameterError,
-    RateLimitError,
-    RetrievalTimeoutError,
-    TransientBackendError,
-)
+from fastrag.errors import BackendError, BackendUnavailableError, InvalidParameterError
 from fastrag.models import Document
+from fastrag.providers.cohere import API_KEY_ENV, CohereClient
+from fastrag.providers.cohere import BASE_URL_ENV as BASE_URL_ENV  # defined here before providers/; still importable
+from fastrag.providers.cohere import INSTALL_HINT as INSTALL_HINT
 from fastrag.rerankers._ranking import check_rerank_args, ranked_by_scores, text_of
-from fastrag.retry import RetryPolicy, retry_after_seconds
+from fastrag.retry import RetryPolicy
 
 __all__ = ["API_KEY_ENV", "COHERE_MAX_DOCUMENTS", "CohereReranker"]
 
-INSTALL_HINT = 'pip install "fastrag-retrieval[cohere]"'
-
 COHERE_MAX_DOCUMENTS = 1_000
 """Cohere's limit on documents per rerank request (API reference, ``POST /v2/rerank``)."""
-
-API_KEY_ENV = ("CO_API_KEY", "COHERE_API_KEY")
-BASE_URL_ENV = "CO_API_URL"
-"""Environment variables read for the API key when none is given, in this order (the SDK's own order)."""
-
-_AUTH_STATUSES = frozenset({401, 403, 498})  # 498: Cohere's "invalid token"
-_TRANSIENT_STATUSES = frozenset({500, 502, 503, 504})
 
 
 class CohereReranker:
@@ -109,8 +97,6 @@ class CohereReranker:
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidParameterError(f"model must be a non-empty string, got {model!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-            raise InvalidParameterError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
         for label, value in (
             ("max_documents_per_request", max_documents_per_request),
             ("max_concurrent_requests", max_concurrent_requests),
@@ -122,38 +108,21 @@ class CohereReranker:
                 raise InvalidParameterError(f"{label} must be a positive int, got {value!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidParameterError(f"retry must be a RetryPolicy, got {retry!r}")
-        if httpx_client is not None and not isinstance(httpx_client, httpx.AsyncClient):
-            raise InvalidParameterError(f"httpx_client must be an httpx.AsyncClient, got {httpx_client!r}")
-        key = api_key if api_key is not None else next((os.environ[v] for v in API_KEY_ENV if os.environ.get(v)), None)
-        if not isinstance(key, str) or not key.strip():
-            raise ConfigurationError(
-                f"CohereReranker needs an API key: pass api_key= or set {' or '.join(API_KEY_ENV)}"
-            )
-        try:
-            import cohere
-        except ImportError as exc:
-            raise ConfigurationError(f"CohereReranker needs the cohere SDK: {INSTALL_HINT}") from exc
-        if base_url is None:  # read now: the SDK reads CO_API_URL once, when it is imported
-            base_url = os.environ.get(BASE_URL_ENV) or None
+        self._client = CohereClient(
+            endpoint="/v2/rerank", owner="CohereReranker", api_key=api_key, base_url=base_url,
+            httpx_client=httpx_client, timeout=timeout, what="rerank request", stage="rerank",
+        )  # fmt: skip
         self.model = model
-        self.base_url = base_url
-        self.timeout = float(timeout)
+        self.base_url = self._client.base_url
+        self.timeout = self._client.timeout
         self.max_documents_per_request = max_documents_per_request
         self.max_concurrent_requests = max_concurrent_requests
         self.max_tokens_per_doc = max_tokens_per_doc
         self.retry = retry or RetryPolicy()
         self.include_title = include_title
-        self._owns_http = httpx_client is None
-        self._http = httpx_client if httpx_client is not None else httpx.AsyncClient(timeout=self.timeout)
-        self._client: Any = cohere.AsyncClientV2(
-            api_key=key,
-            base_url=base_url,
-            httpx_client=self._http,
-            timeout=self.timeout,
-            log_warning_experimental_features=False,
-        )
+        self._http = self._client.http
         self._closed = False
-        self._where = base_url or "Cohere API"
+        self._where = self._client.where
 
     async def rerank(self, query: str, documents: Sequence[Document], *, k: int | None = None) -> list[Document]:
         """Copies of ``documents`` best first by Cohere's relevance score, at most ``k``.
@@ -210,32 +179,12 @@ class CohereReranker:
 
     async def _request(self, query: str, texts: list[str], top_n: int | None) -> list[tuple[int, float]]:
         """One ``/v2/rerank`` call; ``[(index within texts, relevance score)]``. Errors become fastrag's."""
-        from cohere.core.api_error import ApiError
-
-        # No SDK retries (the policy is the only one); "timeout" for cohere 7, "timeout_in_seconds" for 5.
-        options: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout, "timeout_in_seconds": self.timeout}
         kwargs: dict[str, Any] = {}
         if top_n is not None:
             kwargs["top_n"] = top_n
         if self.max_tokens_per_doc is not None:
             kwargs["max_tokens_per_doc"] = self.max_tokens_per_doc
-        try:
-            response = await self._client.rerank(
-                model=self.model, query=query, documents=texts, request_options=options, **kwargs
-            )
-        except ApiError as exc:
-            raise _api_error(exc, self._where) from exc
-        except httpx.TimeoutException as exc:
-            raise RetrievalTimeoutError(
-                f"rerank request timed out after {self.timeout} s", timeout=self.timeout, stage="rerank",
-                store=self._where,
-            ) from exc
-        except httpx.ConnectError as exc:
-            raise BackendUnavailableError(f"cannot connect: {exc}", store=self._where) from exc
-        except httpx.TransportError as exc:
-            raise TransientBackendError(f"connection failed: {type(exc).__name__}: {exc}", store=self._where) from exc
-        except Exception as exc:  # a response the SDK could not parse (pydantic and JSON errors share no base)
-            raise BackendError(f"rerank failed: {type(exc).__name__}: {exc}", store=self._where) from exc
+        response = await self._client.call("rerank", model=self.model, query=query, documents=texts, **kwargs)
         return _checked_results(response, len(texts), top_n, self._where)
 
     async def aclose(self) -> None:
@@ -243,8 +192,7 @@ class CohereReranker:
         if self._closed:
             return
         self._closed = True
-        if self._owns_http:
-            await self._http.aclose()
+        await self._client.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -276,25 +224,3 @@ def _checked_results(response: Any, n: int, top_n: int | None, where: str) -> li
     if len(out) < (n if top_n is None else min(top_n, n)):
         raise BackendError(f"the rerank response scored {len(out)} of {n} documents", store=where)
     return out
-
-
-def _api_error(exc: Any, where: str) -> BackendError:
-    status = getattr(exc, "status_code", None)
-    message = f"HTTP {status}: {_body_message(getattr(exc, 'body', None))}"
-    if status in _AUTH_STATUSES:
-        return AuthenticationError(f"the API key was refused ({message})", store=where)
-    retry_after = retry_after_seconds(getattr(exc, "headers", None))
-    if status == 429:
-        return RateLimitError(f"rate limited ({message})", store=where, retry_after=retry_after)
-    if status in _TRANSIENT_STATUSES:
-        return TransientBackendError(f"server error ({message})", store=where, retry_after=retry_after)
-    return BackendError(f"rerank request failed ({message})", store=where)
-
-
-def _body_message(body: Any) -> str:
-    if isinstance(body, Mapping) and isinstance(body.get("message"), str):
-        return body["message"]
-    if isinstance(getattr(body, "message", None), str):  # older SDKs parse the body into a model
-        return body.message
-    text = str(body)
-    return text if len(text) <= 300 else text[:300] + "..."

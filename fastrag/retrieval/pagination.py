@@ -32,26 +32,11 @@ from typing import Any
 
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike
+from fastrag.limits import check_offset  # defined below retrieval, re-exported here (its original path)
 from fastrag.models import Document
 from fastrag.protocols import Retriever, SupportsOffset
-from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 
 __all__ = ["check_offset", "retrieve_page", "takes_offset"]
-
-
-def check_offset(offset: Any, k: int, limits: RetrievalLimits = DEFAULT_LIMITS) -> int:
-    """``offset`` if it is an int >= 0 with ``offset + k <= limits.max_k``.
-
-    Raises:
-        InvalidParameterError: otherwise (the message names the limit).
-    """
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InvalidParameterError(f"offset must be an int >= 0, got {offset!r}")
-    if offset + k > limits.max_k:
-        raise InvalidParameterError(
-            f"offset + k = {offset + k} is more than max_k={limits.max_k}: pages end at the {limits.max_k}th result"
-        )
-    return offset
 
 
 def takes_offset(retriever: Any) -> bool:

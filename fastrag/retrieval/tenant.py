@@ -4,43 +4,18 @@ from __future__ import annotations
 
 import logging
 
-from fastrag.errors import InvalidParameterError
 from fastrag.filters import Comparison, FilterLike, combine_filters, matches
-from fastrag.filters import field as filter_field
-from fastrag.models import RESERVED_KEYS, Document
+from fastrag.models import Document
 from fastrag.protocols import Retriever
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.pagination import check_offset, retrieve_page
 from fastrag.retrieval.result import ReturnsResult
-from fastrag.scoping import check_scope_value
+from fastrag.scoping import DEFAULT_TENANT_KEY, tenant_filter  # defined below the stores, re-exported here
 
 __all__ = ["DEFAULT_TENANT_KEY", "TenantScopedRetriever", "tenant_filter"]
 
 logger = logging.getLogger("fastrag.retrieval")
-
-DEFAULT_TENANT_KEY = "tenant_id"
-"""The metadata key that holds a document's tenant, unless another is given."""
-
-
-def tenant_filter(tenant: str | int, tenant_key: str = DEFAULT_TENANT_KEY) -> Comparison:
-    """The filter ``equals(tenant_key, tenant)``, after checking both.
-
-    Raises:
-        InvalidParameterError: ``tenant`` is not a non-empty str of valid Unicode or an int within signed
-            64 bits (bools rejected; :func:`fastrag.scoping.check_scope_value`), or ``tenant_key`` is not a
-            non-empty str of valid Unicode or is a reserved metadata key (``score``, ``source_uri``...).
-    """
-    if isinstance(tenant, bool) or not isinstance(tenant, str | int) or tenant == "":
-        raise InvalidParameterError(f"tenant must be a non-empty str or an int, got {tenant!r}")
-    check_scope_value("tenant", tenant)
-    if not isinstance(tenant_key, str) or not tenant_key:
-        raise InvalidParameterError(f"tenant_key must be a non-empty str, got {tenant_key!r}")
-    check_scope_value("tenant_key", tenant_key)  # valid Unicode
-    if tenant_key in RESERVED_KEYS:
-        raise InvalidParameterError(f"tenant_key {tenant_key!r} is a reserved metadata key")
-    return filter_field(tenant_key) == tenant
-
 
 class TenantScopedRetriever(ReturnsResult):
     """Wraps any retriever so that every call is restricted to one tenant's documents.

@@ -433,6 +433,32 @@ class HTTPEmbedderContract(EmbedderContract):
         assert len(server.requests) == 1
 
     @pytest.mark.anyio
+    @pytest.mark.parametrize(("value", "said"), [(0.0, "all zeros"), (1e200, "beyond float32's range")],
+                             ids=["all-zero", "1e200"])  # fmt: skip
+    async def test_a_bad_vector_is_refused_naming_the_endpoint_and_the_text(
+        self, make_embedder, server: ScriptedHTTPServer, value: float, said: str
+    ) -> None:
+        """A vector no model produces (all zeros for a text that is not empty; a value no float32 holds) is
+        refused, naming the endpoint and the text, never stored as a zero or NaN row."""
+
+        def bad(body: dict[str, Any]) -> Reply:
+            reply = self.ok(body)
+            vector = _first_vector(reply.body)  # the one text sent: texts[1] of the call (the others are empty)
+            vector[:] = [value] * len(vector) if value == 0.0 else [value, *vector[1:]]
+            return Reply(200, body=reply.body)
+
+        server.script = [bad]
+        async with make_embedder(retry=RetryPolicy(max_attempts=3, sleep=RecordingSleep())) as embedder:
+            with pytest.raises(BackendError, match=said) as raised:
+                await embedder.embed_documents(["", TEXTS[0], ""])
+            with pytest.raises(BackendError, match=f"the query.*{said}"):
+                await embedder.embed_query(TEXTS[0])
+        assert not isinstance(raised.value, TransientBackendError)
+        assert server.url in str(raised.value) and "texts[1]" in str(raised.value)
+        assert "texts[0]" not in str(raised.value) and "texts[2]" not in str(raised.value)
+        assert len(server.requests) == 2  # not retried
+
+    @pytest.mark.anyio
     async def test_a_refused_key_is_an_authentication_error_that_never_shows_the_key(
         self, make_embedder, server: ScriptedHTTPServer, caplog: pytest.LogCaptureFixture
     ) -> None:

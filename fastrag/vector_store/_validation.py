@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from fastrag.errors import DimensionMismatchError, InvalidParameterError
+from fastrag.limits import check_positive_int
 from fastrag.models import Document
-from fastrag.retrieval._validation import check_positive_int
 
 
 def check_k(k: Any, name: str = "k") -> int:

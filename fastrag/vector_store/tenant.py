@@ -46,8 +46,7 @@ import numpy as np
 from fastrag.errors import ConfigurationError, InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import TITLE, Document
-from fastrag.retrieval.tenant import DEFAULT_TENANT_KEY, tenant_filter
-from fastrag.scoping import SCOPE_SEPARATOR, scope_prefix
+from fastrag.scoping import DEFAULT_TENANT_KEY, SCOPE_SEPARATOR, scope_prefix, tenant_filter
 
 __all__ = ["TenantScopedStore"]
 

@@ -167,8 +167,10 @@ class RemoteEmbedder:
             TransientBackendError: a 5xx or a dropped connection, after the retries.
             BackendUnavailableError: the endpoint cannot be reached, or the embedder is closed.
             BackendError: any other status (400, 404, 422: the server's message is included), or a response
-                that does not fit the request (not JSON, a missing, short, ragged or non-finite vector, a
-                width other than ``dimensions``).
+                that does not fit the request (not JSON, a missing, short, ragged or non-finite vector, values
+                beyond float32's range, an all-zero vector for a text that is not empty, a width other than
+                ``dimensions``); every one names the endpoint, and a bad vector names the text it is for
+                (``texts[3]``).
         """
         return await self._embed(check_texts(texts), "document")
 
@@ -232,7 +234,7 @@ class RemoteEmbedder:
             batch = [texts[i] for i in sent[start:stop]]
             async with self._limiter:
                 raw = await self.retry.call(self._request, batch, kind)
-            results[b] = self._checked(raw, len(batch))
+            results[b] = self._checked(raw, sent[start:stop], kind)
 
         if len(batches) == 1:
             await run(0)
@@ -257,30 +259,68 @@ class RemoteEmbedder:
             out[sent[start:stop]] = rows
         return out
 
-    def _checked(self, raw: object, n: int) -> np.ndarray:
-        """``raw`` as ``(n, dim)`` float32 L2-normalised rows; :class:`BackendError` for anything else."""
+    def _checked(self, raw: object, positions: Sequence[int], kind: Kind) -> np.ndarray:
+        """``raw`` as ``(n, dim)`` float32 L2-normalised rows, ``n = len(positions)``; :class:`BackendError`,
+        naming the endpoint, for anything else. ``positions`` are the rows' places in the call's texts, for
+        naming the texts whose vectors are bad."""
+        n = len(positions)
+        where = self._where
         if not isinstance(raw, list) or len(raw) != n:
             count = len(raw) if isinstance(raw, list) else type(raw).__name__
-            raise BackendError(f"the response has {count} vectors for {n} texts", store=self._where)
+            raise BackendError(f"the response has {count} vectors for {n} texts", store=where)
         widths = {len(v) if isinstance(v, list) else -1 for v in raw}
         if len(widths) != 1 or -1 in widths or 0 in widths:
             raise BackendError(f"the response's vectors are missing, empty or ragged (widths {sorted(widths)})",
-                               store=self._where)
+                               store=where)
         if any(type(x) is not float and type(x) is not int for v in raw for x in v):  # bools and strings too
-            raise BackendError("the response's vectors hold values that are not numbers", store=self._where)
-        matrix = np.array(raw, dtype=np.float64)
+            raise BackendError("the response's vectors hold values that are not numbers", store=where)
+        try:
+            matrix = np.array(raw, dtype=np.float64)
+        except OverflowError as exc:  # an int too large for a float
+            raise BackendError("the response's vectors hold numbers too large for a float", store=where) from exc
         if not np.isfinite(matrix).all():
-            raise BackendError("the response's vectors hold NaN or infinite values", store=self._where)
+            raise BackendError("the response's vectors hold NaN or infinite values", store=where)
+        largest = np.abs(matrix).max(axis=1)
+        beyond = [positions[i] for i in np.flatnonzero(largest > _FLOAT32_MAX)]
+        if beyond:
+            raise BackendError(
+                f"the response's vector for {_texts(beyond, kind)} holds values beyond float32's range "
+                f"(|x| up to {largest.max():.3g}, the largest float32 is {_FLOAT32_MAX:.3g}): not an embedding",
+                store=where,
+            )
         width = int(matrix.shape[1])
         if self.dimensions is not None and width != self.dimensions:
             raise BackendError(f"asked for dimensions={self.dimensions}, the server returned width {width}",
-                               store=self._where)
+                               store=where)
         if self._dimension is None:
             self._dimension = width
         elif width != self._dimension:
             raise BackendError(f"the server returned vectors of width {width}, earlier ones had {self._dimension}",
-                               store=self._where)
-        return l2_normalize(matrix)
+                               store=where)
+        # each row scaled by its largest magnitude first (the direction is unchanged), so that squaring in
+        # float32 can neither overflow nor underflow the norm
+        scaled = np.divide(matrix, largest[:, None], out=np.zeros_like(matrix), where=largest[:, None] > 0)
+        rows = l2_normalize(scaled)
+        zero = [positions[i] for i in np.flatnonzero(~rows.any(axis=1))]
+        if zero:
+            raise BackendError(
+                f"the response's vector for {_texts(zero, kind)} is all zeros, for a text that is not empty: a zero "
+                "vector has no direction, so no similarity to it means anything",
+                store=where,
+            )
+        return rows
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4028235e38
+
+
+def _texts(positions: Sequence[int], kind: Kind) -> str:
+    """How a message names the texts at ``positions`` of a call: ``"the query"``, ``"texts[3]"``,
+    ``"texts[3], texts[7]"`` (the first ten, then how many more)."""
+    if kind == "query":
+        return "the query"
+    named = ", ".join(f"texts[{p}]" for p in positions[:10])
+    return named if len(positions) <= 10 else f"{named} and {len(positions) - 10} more"
 
 
 def is_number(value: object) -> bool:

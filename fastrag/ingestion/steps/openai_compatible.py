@@ -32,52 +32,32 @@ Behaviour:
 - **The key** is read from ``api_key``, else the ``api_key_env`` variable (``OPENAI_API_KEY``), and
   sent as ``Authorization: Bearer``; with neither, no header is sent (local servers need none). It never
   appears in ``repr``, logs or error messages (a server message that echoes it is redacted).
+- **The HTTP layer** (base URL and header checks, the key, one bounded attempt, the status and ``httpx``
+  error mapping, redaction) is :class:`~fastrag.providers.openai.OpenAICompatibleClient`, shared with the
+  chat client :class:`~fastrag.llm.OpenAICompatibleLLM`; this module builds the embeddings request and
+  reads its answer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import anyio
 import httpx
 
-from fastrag.errors import (
-    BackendError,
-    BackendTemporarilyUnavailableError,
-    InvalidParameterError,
-    RetrievalTimeoutError,
-    TransientBackendError,
-)
+from fastrag.errors import BackendError, InvalidParameterError
 from fastrag.ingestion.steps._remote import Kind, RemoteEmbedder
-from fastrag.llm import (
-    _API_KEY,
-    _check_base_url,
-    _check_headers,
-    _is_number,
-    _loads,
-    _shown,
-    _snippet,
-    _status_error,
-)
+from fastrag.providers.http import shown
+from fastrag.providers.openai import API_KEY_ENV, DEFAULT_BASE_URL, OpenAICompatibleClient
 from fastrag.retry import RetryPolicy
 
 __all__ = ["API_KEY_ENV", "DEFAULT_BASE_URL", "DEFAULT_MAX_RESPONSE_BYTES", "OpenAICompatibleEmbedder"]
 
-API_KEY_ENV = "OPENAI_API_KEY"
-"""The environment variable read for the key by default."""
-
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-"""OpenAI's API; point ``base_url`` at any other server that speaks ``/v1/embeddings``."""
-
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 """The largest response body read by default, in bytes (256 MiB): 128 vectors of 3,072 floats as JSON
 text take about 8 MB; a larger ``batch_size`` or wider model may need more."""
-
-_MAX_TIMEOUT = 1e6
 
 
 class OpenAICompatibleEmbedder(RemoteEmbedder):
@@ -144,17 +124,16 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
-            raise InvalidParameterError(f"model must be a non-empty string, got {_shown(model)}")
-        _check_base_url(base_url, example="http://localhost:8080/v1")
+            raise InvalidParameterError(f"model must be a non-empty string, got {shown(model)}")
         for label, value in (("query_prefix", query_prefix), ("document_prefix", document_prefix)):
             if not isinstance(value, str):
-                raise InvalidParameterError(f"{label} must be a string, got {_shown(value)}")
+                raise InvalidParameterError(f"{label} must be a string, got {shown(value)}")
         for label, value in (("query_input_type", query_input_type), ("document_input_type", document_input_type)):
             if value is not None and (not isinstance(value, str) or not value):
-                raise InvalidParameterError(f"{label} must be a non-empty string or None, got {_shown(value)}")
+                raise InvalidParameterError(f"{label} must be a non-empty string or None, got {shown(value)}")
         extra = dict(extra_body or {})
         if extra_body is not None and not isinstance(extra_body, Mapping):
-            raise InvalidParameterError(f"extra_body must be a mapping, got {_shown(extra_body)}")
+            raise InvalidParameterError(f"extra_body must be a mapping, got {shown(extra_body)}")
         clash = sorted(set(extra) & {"model", "input", "dimensions", "input_type", "encoding_format"})
         if clash:
             raise InvalidParameterError(f"extra_body must not set {clash}: they are set by the embedder's own options")
@@ -162,49 +141,33 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
             json.dumps(extra)
         except (TypeError, ValueError) as exc:
             raise InvalidParameterError(f"extra_body must be JSON-serialisable: {exc}") from exc
-        if not _is_number(timeout) or not 0 < timeout <= _MAX_TIMEOUT:
-            raise InvalidParameterError(f"timeout must be a number of seconds in (0, {_MAX_TIMEOUT:.0f}], got {_shown(timeout)}")
-        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
-            raise InvalidParameterError(f"http_client must be an httpx.AsyncClient, got {_shown(http_client)}")
-        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or max_response_bytes <= 0:
-            raise InvalidParameterError(f"max_response_bytes must be a positive int, got {_shown(max_response_bytes)}")
         self._setup(
             dimensions=dimensions, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
             count_tokens=count_tokens, max_concurrency=max_concurrency, retry=retry,
             max_text_characters=max_text_characters,
         )  # fmt: skip
-        extra_headers = _check_headers(headers)
-        has_auth_header = "authorization" in extra_headers or "api-key" in extra_headers
-        if has_auth_header and api_key is not None:
-            raise InvalidParameterError("pass the key either as api_key or as an Authorization/api-key header, not both")
-        key = api_key if api_key is not None or has_auth_header else (os.environ.get(api_key_env) or None)
-        if key is not None and (not isinstance(key, str) or not _API_KEY.fullmatch(key.strip())):
-            source = "api_key" if api_key is not None else api_key_env
-            raise InvalidParameterError(
-                f"{source} must be a non-empty string of printable ASCII characters without spaces or line breaks"
-            )
+        self._client = OpenAICompatibleClient(
+            base_url=base_url, path="/embeddings", example="http://localhost:8080/v1", api_key=api_key,
+            api_key_env=api_key_env, key_headers=("authorization", "api-key"), headers=headers, timeout=timeout,
+            http_client=http_client, max_response_bytes=max_response_bytes, what="embedding request", stage="embed",
+        )  # fmt: skip
         self.model = model
-        self.base_url = base_url.strip().rstrip("/")
+        self.base_url = self._client.base_url
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.query_input_type = query_input_type
         self.document_input_type = document_input_type
         self.extra_body = extra
-        self.timeout = float(timeout)
+        self.timeout = self._client.timeout
         self.max_response_bytes = max_response_bytes
-        self._secret = key.strip() if key is not None else None
-        self._headers = {**extra_headers, "content-type": "application/json"}
-        if self._secret is not None:
-            self._headers["authorization"] = f"Bearer {self._secret}"
-        self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.AsyncClient(timeout=self.timeout)
-        self._where = self.url
+        self._http = self._client.http
+        self._where = self._client.url
         self._label = "OpenAICompatibleEmbedder"
 
     @property
     def url(self) -> str:
         """The endpoint: ``{base_url}/embeddings``."""
-        return f"{self.base_url}/embeddings"
+        return self._client.url
 
     @property
     def name(self) -> str:
@@ -224,8 +187,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         return f"{self.name}#{digest}"
 
     async def _close(self) -> None:
-        if self._owns_http:
-            await self._http.aclose()
+        await self._client.aclose()
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleEmbedder(model={self.model!r}, base_url={self.base_url!r})"
@@ -248,26 +210,17 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         return body
 
     async def _request(self, texts: list[str], kind: Kind) -> list[list[float]]:
-        body = self._body(texts, kind)
-        try:
-            with anyio.fail_after(self.timeout):
-                status, headers, content = await self._send(body)
-        except TimeoutError as exc:
-            raise self._timeout() from exc
-        if status != 200:
-            raise self._status_error(status, headers, content)
-        try:
-            payload = _loads(content)
-        except (ValueError, RecursionError) as exc:
-            raise BackendError(f"the response is not JSON: {self._redact(_snippet(content))}", store=self._where) from exc
+        payload = await self._client.post_json(self._body(texts, kind))
         data = payload.get("data") if isinstance(payload, Mapping) else None
         if not isinstance(data, list):
-            raise BackendError(f"the response has no data list: {self._redact(_snippet(content))}", store=self._where)
+            raise BackendError(
+                f"the response has no data list: {self._client.redact(shown(payload, limit=300))}", store=self._where
+            )
         vectors: list[Any] = [None] * len(texts)
         for item in data:
             index = item.get("index") if isinstance(item, Mapping) else None
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(texts) or vectors[index] is not None:
-                raise BackendError(f"the response has a bad or repeated index {_shown(index)} for {len(texts)} texts",
+                raise BackendError(f"the response has a bad or repeated index {shown(index)} for {len(texts)} texts",
                                    store=self._where)
             vectors[index] = item.get("embedding")
             if vectors[index] is None:
@@ -275,42 +228,3 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         if any(v is None for v in vectors):
             raise BackendError(f"the response has {len(data)} vectors for {len(texts)} texts", store=self._where)
         return vectors
-
-    async def _send(self, body: dict[str, Any]) -> tuple[int, httpx.Headers, bytes]:
-        where = self._where
-        try:
-            async with self._http.stream(
-                "POST", self.url, json=body, headers=self._headers, timeout=self.timeout, follow_redirects=False
-            ) as response:
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > self.max_response_bytes:
-                        raise BackendError(
-                            f"the response (HTTP {response.status_code}) is longer than max_response_bytes="
-                            f"{self.max_response_bytes}", store=where,
-                        )  # fmt: skip
-                    chunks.append(chunk)
-                return response.status_code, response.headers, b"".join(chunks)
-        except httpx.TimeoutException as exc:
-            raise self._timeout() from exc
-        except httpx.ConnectError as exc:
-            raise BackendTemporarilyUnavailableError(f"cannot connect: {exc}", store=where) from exc
-        except (httpx.LocalProtocolError, httpx.UnsupportedProtocol) as exc:  # sending again cannot help
-            raise BackendError(f"the request could not be sent: {exc}", store=where) from exc
-        except httpx.TransportError as exc:
-            raise TransientBackendError(f"connection failed: {type(exc).__name__}: {exc}", store=where) from exc
-        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
-            raise BackendError(f"the request failed: {type(exc).__name__}: {exc}", store=where) from exc
-
-    def _timeout(self) -> RetrievalTimeoutError:
-        return RetrievalTimeoutError(
-            f"embedding request timed out after {self.timeout} s", timeout=self.timeout, stage="embed", store=self._where
-        )
-
-    def _redact(self, text: str) -> str:
-        return text.replace(self._secret, "***") if self._secret else text
-
-    def _status_error(self, status: int, headers: httpx.Headers, content: bytes) -> BackendError:
-        return _status_error(status, headers, content, self._where, what="embedding request", clean=self._redact)

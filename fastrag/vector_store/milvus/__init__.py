@@ -18,7 +18,9 @@ the store runs on it, but CI does not test it: treat it as an emulation.
 
 The package: ``store.py`` (the store), ``filters.py`` (the pure filter translation), ``hybrid.py`` (server-side
 fusion and its retriever), ``connection.py`` (URLs, the SDK boundary, in-process servers), ``results.py``
-(hits to documents, ties at the cut), ``schema.py`` (field names and limits).
+(hits ranked, ties at the cut), ``rows.py`` (a document as a stored row, and back), ``schema.py`` (the
+collection layout: field names, limits, the schema and indexes a new collection gets, and the check of an
+existing one).
 
 Collection schema (created on the first write, or on open when ``dimension=`` is given)::
 

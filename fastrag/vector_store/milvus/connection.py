@@ -207,3 +207,15 @@ def lite_release(path: str) -> None:
 def message(exc: BaseException) -> str:
     message = getattr(exc, "message", None)
     return str(message) if message else (str(exc) or type(exc).__name__)
+
+
+def python_milvus_lite() -> bool:
+    """Whether the installed milvus-lite is 3.x, the Python re-implementation (not the native 2.5 build), whose
+    searches over unflushed rows are slow scans (see ``MilvusVectorStore._searchable``). Read from the
+    package's version, since milvus-lite 2.5.1's server does not implement ``GetVersion``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return int(version("milvus-lite").split(".")[0]) >= 3
+    except (PackageNotFoundError, ValueError):
+        return False

@@ -18,6 +18,7 @@ from fastrag.vector_store._metadata import epoch_micros
 from fastrag.vector_store.milvus.schema import FILTER_FIELD, ID_FIELD
 
 __all__ = [
+    "MATCH_ALL",
     "MilvusExpr",
     "and_expressions",
     "decode_text",
@@ -243,7 +244,9 @@ def filter_values(metadata: Mapping[str, Any]) -> dict[str, Any]:
 
 _MAX_EXACT_NUMBER = 2**53
 _FALSE = f'{ID_FIELD} < ""'
-_TRUE = f'{ID_FIELD} >= ""'
+MATCH_ALL = f'{ID_FIELD} >= ""'
+"""An expression every row matches (every id is at least the empty string): the store's "no filter" where
+Milvus needs one (``delete``, paged queries)."""
 _RANGE_SYMBOLS = {"greaterThan": ">", "greaterThanOrEquals": ">=", "lessThan": "<", "lessThanOrEquals": "<="}
 _COMPLEMENT = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
 
@@ -292,7 +295,7 @@ def _one_of(key: str, values: Sequence[Any], *, negated: bool) -> str:
         if part not in parts:
             parts.append(part)
     if not parts:
-        return f"({_TRUE if negated else _FALSE})"
+        return f"({MATCH_ALL if negated else _FALSE})"
     return parts[0] if len(parts) == 1 else "(" + f" {'and' if negated else 'or'} ".join(parts) + ")"
 
 

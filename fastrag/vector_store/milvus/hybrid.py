@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import And, Filter, FilterLike, parse_filter
+from fastrag.limits import check_offset, check_positive_int, check_query
 from fastrag.models import Document
 from fastrag.vector_store.milvus.connection import import_pymilvus
 from fastrag.vector_store.milvus.filters import MilvusExpr, and_expressions, native_or_translated
@@ -87,10 +88,6 @@ class MilvusHybridRetriever:
             FilterError / UnsupportedFilterError: a filter is malformed / cannot be expressed.
             BackendError: Milvus failed. EmbeddingError: the embedder failed.
         """
-        from fastrag.retrieval._validation import check_positive_int, check_query
-
-        from fastrag.retrieval.pagination import check_offset
-
         check_query(query)
         check_positive_int(k, "k")
         check_offset(offset, k)

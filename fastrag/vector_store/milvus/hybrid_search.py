@@ -1,17 +1,22 @@
 """Hybrid search fused inside Milvus: ``hybrid_search`` runs dense k-NN and BM25 with an RRF or weighted ranker,
 the filter applied to both legs (the body of ``MilvusVectorStore.search_hybrid``; the retriever over it is
-:class:`fastrag.vector_store.milvus.hybrid.MilvusHybridRetriever`)."""
+:class:`fastrag.vector_store.milvus.hybrid.MilvusHybridRetriever`).
+
+``plan_hybrid`` checks the arguments and builds the two legs; the store checks its collection can answer
+and hands ``run_hybrid`` the two calls it needs (a ``hybrid_search`` page and a plain leg search), so
+nothing here reaches into the store."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import numpy as np
 
-from fastrag.errors import ConfigurationError, DimensionMismatchError, FastragError, InvalidParameterError
+from fastrag.errors import DimensionMismatchError, FastragError, InvalidParameterError
 from fastrag.filters import FilterLike
 from fastrag.models import BRANCHES, Document
 from fastrag.vector_store.milvus.connection import import_pymilvus
@@ -20,28 +25,35 @@ from fastrag.vector_store.milvus.results import (
     TIE_SLACK,
     bm25_score,
     check_search_k,
-    document,
     ranked,
     settled_page,
 )
+from fastrag.vector_store.milvus.rows import document
 from fastrag.vector_store.milvus.schema import (
-    CONTENT_FIELD,
     HAS_VECTOR_FIELD,
-    ID_FIELD,
     MAX_TOP_K,
-    METADATA_FIELD,
     SPARSE_FIELD,
     VECTOR_FIELD,
 )
 
-if TYPE_CHECKING:
-    from fastrag.vector_store.milvus.store import MilvusVectorStore
-
-__all__ = ["ranker", "search_hybrid", "weighted_fusion"]
+__all__ = ["HybridPlan", "plan_hybrid", "ranker", "run_hybrid", "search_hybrid", "weighted_fusion"]
 
 
-async def search_hybrid(
-    store: MilvusVectorStore,
+@dataclass(frozen=True, slots=True)
+class HybridPlan:
+    """A checked hybrid search, ready to send: what ``plan_hybrid`` builds before the store is touched."""
+
+    query: str
+    vector: np.ndarray  # (dim,) float32, finite, not all zero
+    k: int
+    fusion_ranker: Any  # pymilvus.RRFRanker, or the (w_vector, w_bm25) pair weighted_fusion applies
+    dense_expression: str
+    text_expression: str
+    requests: list[Any]  # the two pymilvus.AnnSearchRequest legs, dense first
+    leg_k: int
+
+
+def plan_hybrid(
     query: str,
     embedding: np.ndarray,
     *,
@@ -51,9 +63,9 @@ async def search_hybrid(
     rank_constant: int,
     weights: Sequence[float] | Mapping[str, float] | None,
     candidate_k: int,
-    provenance: bool,
-) -> list[Document]:
-    """The body of ``MilvusVectorStore.search_hybrid``, whose docstring gives the arguments, result and errors."""
+) -> HybridPlan:
+    """Check the arguments of ``MilvusVectorStore.search_hybrid`` (whose docstring gives them and the errors)
+    and build its two legs; raises before any call to Milvus."""
     pymilvus = import_pymilvus()
     check_search_k(k)
     check_search_k(candidate_k, "candidate_k")
@@ -68,58 +80,64 @@ async def search_hybrid(
     condition = native_or_translated(filter)
     dense_expression = and_expressions(f"{HAS_VECTOR_FIELD} == true", condition)
     text_expression = condition or ""
-    exists = await store._searchable()
-    if not store.enable_bm25:
-        raise ConfigurationError(f"{store.name}: the collection has no BM25 index; create it with enable_bm25=True")
-    if not exists:
-        return []
-    if not store._has_vectors:
-        raise ConfigurationError(f"{store.name}: the collection holds no dense vectors (BM25 only)")
-    if vector.shape[0] != store.dimension:
-        raise DimensionMismatchError(
-            f"{store.name}: query has dimension {vector.shape[0]}, the store holds {store.dimension}"
-        )
     leg_k = min(max(candidate_k, k), MAX_TOP_K)
     requests = [
         pymilvus.AnnSearchRequest(data=[vector.tolist()], anns_field=VECTOR_FIELD,
                                   param={"metric_type": "COSINE"}, limit=leg_k, expr=dense_expression),
         pymilvus.AnnSearchRequest(data=[query], anns_field=SPARSE_FIELD,
                                   param={"metric_type": "BM25"}, limit=leg_k, expr=text_expression or None),
-    ]
+    ]  # fmt: skip
+    return HybridPlan(query, vector, k, fusion_ranker, dense_expression, text_expression, requests, leg_k)
+
+
+async def run_hybrid(
+    plan: HybridPlan,
+    *,
+    hybrid_page: Callable[[list[Any], Any, int], Awaitable[list[Any]]],
+    search_leg: Callable[[Any, str, str, int, str], Awaitable[list[tuple[float, Document]]]],
+    provenance: bool,
+) -> list[Document]:
+    """Run a planned hybrid search (the store has checked that its collection can answer it).
+
+    Args:
+        plan: from ``plan_hybrid``.
+        hybrid_page: ``await hybrid_page(requests, ranker, limit)``: the raw hits of one ``hybrid_search``
+            call asking for ``limit`` fused hits (the store's client call).
+        search_leg: ``await search_leg(data, field, metric, k, expression)``: one leg as a plain search,
+            ``(distance, document)`` best first, enough to cut at ``k`` (the store's own search).
+        provenance: stamp ``metadata["branches"]`` (see ``MilvusVectorStore.search_hybrid``).
+    """
+    k, vector, query, fusion_ranker = plan.k, plan.vector, plan.query, plan.fusion_ranker
     fused: list[tuple[float, Document]] = []
     legs: dict[str, list[Document]] = {}
 
-    async def hybrid_page(limit: int) -> list[Any]:
-        result = await store._call(
-            "hybrid_search", store.collection, requests, fusion_ranker, limit=limit,
-            output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD],
-        )
-        return result[0] if result else []
+    async def page(limit: int) -> list[Any]:
+        return await hybrid_page(plan.requests, fusion_ranker, limit)
 
-    async def run_hybrid() -> None:
+    async def run_fused() -> None:
         # RRF gives a document found by one leg at rank r the same score as one found by the other leg at
         # rank r, so ties at the cut are common: the first page already asks for _TIE_SLACK more
-        found = await settled_page(hybrid_page, k, score=float, first=TIE_SLACK)
+        found = await settled_page(page, k, score=float, first=TIE_SLACK)
         fused.extend((float(h["distance"]), document(h["entity"])) for h in found)
 
     async def run_leg(name: str, data: Any, field: str, metric: str, expression: str) -> None:
-        hits = await store._search(data, field, metric, leg_k, expression)
+        hits = await search_leg(data, field, metric, plan.leg_k, expression)
         if metric == "BM25":
             hits = [(v, d) for s, d in hits if (v := bm25_score(s)) is not None]
         # the server ranks each leg by score alone; ids order equal scores here, as everywhere
-        legs[name] = ranked(hits, leg_k)
+        legs[name] = ranked(hits, plan.leg_k)
 
     weighted = isinstance(fusion_ranker, tuple)
     if not provenance and not weighted:
-        await run_hybrid()
+        await run_fused()
         return ranked(fused, k)
     failure: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
             if not weighted:
-                tg.start_soon(run_hybrid)
-            tg.start_soon(run_leg, "vector", vector.tolist(), VECTOR_FIELD, "COSINE", dense_expression)
-            tg.start_soon(run_leg, "bm25", query, SPARSE_FIELD, "BM25", text_expression)
+                tg.start_soon(run_fused)
+            tg.start_soon(run_leg, "vector", vector.tolist(), VECTOR_FIELD, "COSINE", plan.dense_expression)
+            tg.start_soon(run_leg, "bm25", query, SPARSE_FIELD, "BM25", plan.text_expression)
     except BaseExceptionGroup as group:  # one request failing fails the search: raise its error as is
         failure = next((e for e in group.exceptions if isinstance(e, FastragError)), group.exceptions[0])
     if failure is not None:
@@ -134,6 +152,12 @@ async def search_hybrid(
         d.with_metadata(**{BRANCHES: {name: found[d.id] for name, found in sorted(where.items()) if d.id in found}})
         for d in docs
     ]
+
+
+async def search_hybrid(store: Any, query: str, embedding: np.ndarray, **options: Any) -> list[Document]:
+    """``await store.search_hybrid(query, embedding, **options)``: this module's entry point before the body
+    moved into ``plan_hybrid`` and ``run_hybrid``, kept so that the old import keeps working."""
+    return await store.search_hybrid(query, embedding, **options)
 
 
 def weighted_fusion(

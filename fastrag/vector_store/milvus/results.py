@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -10,20 +9,12 @@ from fastrag.errors import InvalidParameterError
 from fastrag.models import Document
 from fastrag.vector_store._ranking import best_first
 from fastrag.vector_store._validation import check_k
-from fastrag.vector_store.milvus.filters import decode_text
-from fastrag.vector_store.milvus.schema import CONTENT_FIELD, ID_FIELD, MAX_TOP_K, METADATA_FIELD
+from fastrag.vector_store.milvus.rows import document as document  # its home is rows.py; importable here as before
+from fastrag.vector_store.milvus.schema import ID_FIELD, MAX_TOP_K
 
 TIE_SLACK = 16
 """Extra hits past ``k`` that a search asks for at least once one page showed a tie at the cut (the first page
 asks for one more than ``k``), so that equal scores at the cut can be ordered by id."""
-
-
-def document(row: Mapping[str, Any]) -> Document:
-    """The document a Milvus row or hit entity holds (its id decoded, see :func:`~.filters.encode_id`)."""
-    metadata = row.get(METADATA_FIELD)
-    if isinstance(metadata, str | bytes):
-        metadata = json.loads(metadata)
-    return Document(id=decode_text(str(row[ID_FIELD])), content=row.get(CONTENT_FIELD) or "", metadata=metadata or {})
 
 
 def cosine_score(distance: float) -> float:

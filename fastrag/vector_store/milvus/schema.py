@@ -1,12 +1,16 @@
 """The collection layout a :class:`~fastrag.vector_store.milvus.MilvusVectorStore` writes: field names, limits,
-BM25 parameters and the properties that record how a collection was made."""
+BM25 parameters, the properties that record how a collection was made, the schema and indexes a new collection
+is created with, and the check that an existing collection has that layout and the store's settings."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from fastrag.errors import ConfigurationError
 
 ID_FIELD = "id"
 CONTENT_FIELD = "content"
@@ -60,3 +64,126 @@ def recorded_settings(info: Mapping[str, Any]) -> dict[str, str]:
     properties = info.get("properties") or {}
     recorded.update({k: str(v) for k, v in properties.items() if k in (SCHEMA_PROPERTY, MODEL_PROPERTY)})
     return recorded
+
+
+def recorded_at_creation(embedding_model: str | None) -> dict[str, str]:
+    """The settings a new collection records (its properties, and its description: :func:`describe`)."""
+    recorded = {SCHEMA_PROPERTY: str(SCHEMA_VERSION)}
+    if embedding_model is not None:
+        recorded[MODEL_PROPERTY] = embedding_model
+    return recorded
+
+
+def collection_schema(
+    pymilvus: Any, dimension: int | None, *, enable_bm25: bool, analyzer_params: Mapping[str, Any],
+    embedding_model: str | None,
+) -> Any:
+    """The ``CollectionSchema`` of a new collection: id, content, metadata and filter fields; with ``dimension``
+    the dense vector and its presence flag; with ``enable_bm25`` the analysed text and the BM25 function
+    feeding the sparse field."""
+    schema = pymilvus.MilvusClient.create_schema(
+        auto_id=False, enable_dynamic_field=False, description=describe(recorded_at_creation(embedding_model))
+    )
+    schema.add_field(ID_FIELD, pymilvus.DataType.VARCHAR, is_primary=True, max_length=MAX_VARCHAR_BYTES)
+    schema.add_field(CONTENT_FIELD, pymilvus.DataType.VARCHAR, max_length=MAX_VARCHAR_BYTES)
+    schema.add_field(METADATA_FIELD, pymilvus.DataType.JSON)
+    schema.add_field(FILTER_FIELD, pymilvus.DataType.JSON)
+    if dimension is not None:
+        schema.add_field(HAS_VECTOR_FIELD, pymilvus.DataType.BOOL)
+        schema.add_field(VECTOR_FIELD, pymilvus.DataType.FLOAT_VECTOR, dim=dimension)
+    if enable_bm25:
+        schema.add_field(
+            TEXT_FIELD, pymilvus.DataType.VARCHAR, max_length=MAX_VARCHAR_BYTES,
+            enable_analyzer=True, analyzer_params=dict(analyzer_params),
+        )  # fmt: skip
+        schema.add_field(SPARSE_FIELD, pymilvus.DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_function(pymilvus.Function(
+            name="fastrag_bm25", function_type=pymilvus.FunctionType.BM25,
+            input_field_names=[TEXT_FIELD], output_field_names=[SPARSE_FIELD],
+        ))  # fmt: skip
+    return schema
+
+
+def index_specs(dimension: int | None, *, enable_bm25: bool, index_params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The indexes of a new collection, as ``add_index`` arguments: the dense one (``index_params``, metric
+    COSINE) with ``dimension``, the BM25 sparse inverted index (k1 = 1.2, b = 0.75) with ``enable_bm25``."""
+    specs = []
+    if dimension is not None:
+        dense = {k: v for k, v in index_params.items() if k not in ("metric_type", "field_name", "index_name")}
+        dense.setdefault("index_type", "FLAT")
+        dense["params"] = dict(dense.get("params") or {})
+        specs.append({"field_name": VECTOR_FIELD, "index_name": VECTOR_FIELD, "metric_type": "COSINE", **dense})
+    if enable_bm25:
+        specs.append({"field_name": SPARSE_FIELD, "index_name": SPARSE_FIELD,
+                      "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25",
+                      "params": {"bm25_k1": BM25_K1, "bm25_b": BM25_B}})  # fmt: skip
+    return specs
+
+
+def index_params(pymilvus: Any, spec: Mapping[str, Any]) -> Any:
+    """pymilvus's ``IndexParams`` holding the one index ``spec`` (an item of :func:`index_specs`)."""
+    params = pymilvus.MilvusClient.prepare_index_params()
+    params.add_index(**spec)
+    return params
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionState:
+    """What an existing collection holds, read from ``describe_collection``."""
+
+    dimension: int | None  # None: BM25 only
+    has_vectors: bool
+    has_bm25: bool
+    embedding_model: str | None  # as recorded; None when it recorded none
+
+
+def check_existing(
+    info: Mapping[str, Any], *, name: str, dimension: int | None, enable_bm25: bool, embedding_model: str | None
+) -> CollectionState:
+    """The state of the existing collection ``info`` describes, checked against the store's settings.
+
+    Args:
+        info: ``describe_collection``'s answer.
+        name: the store's name, for messages.
+        dimension, enable_bm25, embedding_model: what the store was opened with (``None``: any).
+
+    Raises:
+        ConfigurationError: the collection was not created by fastrag, has another schema version, another
+            dimension, no BM25 where the store wants it, or recorded another embedding model.
+    """
+    fields = {f["name"]: f for f in info.get("fields", [])}
+    has_bm25 = TEXT_FIELD in fields and SPARSE_FIELD in fields
+    has_vectors = VECTOR_FIELD in fields and HAS_VECTOR_FIELD in fields
+    required = {ID_FIELD, CONTENT_FIELD, METADATA_FIELD, FILTER_FIELD}
+    missing = sorted(required - set(fields))
+    recorded = recorded_settings(info)
+    if missing or not (has_vectors or has_bm25) or SCHEMA_PROPERTY not in recorded:
+        raise ConfigurationError(
+            f"{name}: the collection exists but was not created by fastrag (fields {sorted(fields)}); "
+            "use another collection name"
+        )
+    version = recorded[SCHEMA_PROPERTY]
+    if str(version) != str(SCHEMA_VERSION):
+        raise ConfigurationError(
+            f"{name}: the collection has fastrag schema version {version}, this fastrag writes and reads "
+            f"version {SCHEMA_VERSION} (its filters need the newer layout); re-index into a new collection"
+        )
+    dim = int(fields[VECTOR_FIELD].get("params", {}).get("dim")) if has_vectors else None
+    if dimension is not None and dim != dimension:
+        raise ConfigurationError(
+            f"{name}: the collection was built with "
+            + (f"dimension={dim}" if dim else "no dense vectors (BM25 only)")
+            + f", not dimension={dimension}; use a new collection or the same settings"
+        )
+    if enable_bm25 and not has_bm25:
+        raise ConfigurationError(
+            f"{name}: the collection was created without BM25; open it with enable_bm25=False "
+            "or use a new collection"
+        )
+    model = recorded.get(MODEL_PROPERTY) or None
+    if embedding_model is not None and model is not None and model != embedding_model:
+        raise ConfigurationError(
+            f"{name}: the collection was built with embedding_model={model!r}, not {embedding_model!r}; "
+            "use a new collection or the same settings"
+        )
+    return CollectionState(dimension=dim, has_vectors=has_vectors, has_bm25=has_bm25, embedding_model=model)

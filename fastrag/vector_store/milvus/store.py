@@ -23,8 +23,7 @@ from fastrag.errors import (
     InvalidParameterError,
 )
 from fastrag.filters import FilterLike
-from fastrag.models import TITLE, Document
-from fastrag.vector_store._metadata import metadata_json
+from fastrag.models import Document
 from fastrag.vector_store._validation import (
     check_dimension,
     check_document_text,
@@ -43,47 +42,41 @@ from fastrag.vector_store.milvus.connection import (
     lite_release,
     message,
     parse_url,
+    python_milvus_lite,
     sdk_errors,
 )
 from fastrag.vector_store.milvus.filters import (
-    _TRUE,
+    MATCH_ALL,
     MilvusExpr,
     and_expressions,
-    encode_id,
-    filter_values,
     ids_expression,
     native_or_translated,
     string_literal,
 )
-from fastrag.vector_store.milvus.hybrid_search import search_hybrid
+from fastrag.vector_store.milvus.hybrid_search import plan_hybrid, run_hybrid
 from fastrag.vector_store.milvus.results import (
     bm25_score,
     check_search_k,
     cosine_score,
-    document,
     ranked,
     settled_page,
 )
+from fastrag.vector_store.milvus.rows import document, document_row
 from fastrag.vector_store.milvus.schema import (
-    BM25_B,
-    BM25_K1,
     COLLECTION_NAME,
     CONTENT_FIELD,
-    FILTER_FIELD,
     HAS_VECTOR_FIELD,
     ID_FIELD,
-    INT64_MAX,
-    INT64_MIN,
-    MAX_VARCHAR_BYTES,
     METADATA_FIELD,
     MODEL_PROPERTY,
-    SCHEMA_PROPERTY,
-    SCHEMA_VERSION,
     SPARSE_FIELD,
     TEXT_FIELD,
     VECTOR_FIELD,
-    describe,
-    recorded_settings,
+    check_existing,
+    collection_schema,
+    index_params,
+    index_specs,
+    recorded_at_creation,
 )
 
 __all__ = ["MilvusVectorStore"]
@@ -273,7 +266,7 @@ class MilvusVectorStore:
             if self._owns_client:
                 self._client = await self._connect()
             try:
-                self._lite_server = self._lite_path is not None and _python_milvus_lite()
+                self._lite_server = self._lite_path is not None and python_milvus_lite()
                 await self._load_collection_state()
                 if not self._exists and self.dimension is not None and self._create:
                     await self._create_collection(self.dimension)
@@ -376,42 +369,11 @@ class MilvusVectorStore:
             self._exists = False
             return
         info = await self._call("describe_collection", self.collection)
-        fields = {f["name"]: f for f in info.get("fields", [])}
-        has_bm25 = TEXT_FIELD in fields and SPARSE_FIELD in fields
-        has_vectors = VECTOR_FIELD in fields and HAS_VECTOR_FIELD in fields
-        required = {ID_FIELD, CONTENT_FIELD, METADATA_FIELD, FILTER_FIELD}
-        missing = sorted(required - set(fields))
-        recorded = recorded_settings(info)
-        if missing or not (has_vectors or has_bm25) or SCHEMA_PROPERTY not in recorded:
-            raise ConfigurationError(
-                f"{self.name}: the collection exists but was not created by fastrag (fields {sorted(fields)}); "
-                "use another collection name"
-            )
-        version = recorded[SCHEMA_PROPERTY]
-        if str(version) != str(SCHEMA_VERSION):
-            raise ConfigurationError(
-                f"{self.name}: the collection has fastrag schema version {version}, this fastrag writes and reads "
-                f"version {SCHEMA_VERSION} (its filters need the newer layout); re-index into a new collection"
-            )
-        dim = int(fields[VECTOR_FIELD].get("params", {}).get("dim")) if has_vectors else None
-        if self.dimension is not None and dim != self.dimension:
-            raise ConfigurationError(
-                f"{self.name}: the collection was built with "
-                + (f"dimension={dim}" if dim else "no dense vectors (BM25 only)")
-                + f", not dimension={self.dimension}; use a new collection or the same settings"
-            )
-        if self.enable_bm25 and not has_bm25:
-            raise ConfigurationError(
-                f"{self.name}: the collection was created without BM25; open it with enable_bm25=False "
-                "or use a new collection"
-            )
-        model = recorded.get(MODEL_PROPERTY) or None
-        if self.embedding_model is not None and model is not None and model != self.embedding_model:
-            raise ConfigurationError(
-                f"{self.name}: the collection was built with embedding_model={model!r}, not {self.embedding_model!r}; "
-                "use a new collection or the same settings"
-            )
-        if self.embedding_model is not None and model is None:
+        found = check_existing(
+            info, name=self.name, dimension=self.dimension, enable_bm25=self.enable_bm25,
+            embedding_model=self.embedding_model,
+        )  # fmt: skip
+        if self.embedding_model is not None and found.embedding_model is None:
             try:
                 await self._call("alter_collection_properties", self.collection,
                                  properties={MODEL_PROPERTY: self.embedding_model})
@@ -422,54 +384,11 @@ class MilvusVectorStore:
         state = await self._call("get_load_state", self.collection)
         if getattr(state.get("state"), "name", str(state.get("state"))) != "Loaded":
             await self._call("load_collection", self.collection)  # e.g. milvus-lite after a restart
-        self.dimension = dim
-        self._has_vectors = has_vectors
-        self.enable_bm25 = has_bm25
-        self.embedding_model = self.embedding_model or model
+        self.dimension = found.dimension
+        self._has_vectors = found.has_vectors
+        self.enable_bm25 = found.has_bm25
+        self.embedding_model = self.embedding_model or found.embedding_model
         self._exists = True
-
-    def _recorded_at_creation(self) -> dict[str, str]:
-        recorded = {SCHEMA_PROPERTY: str(SCHEMA_VERSION)}
-        if self.embedding_model is not None:
-            recorded[MODEL_PROPERTY] = self.embedding_model
-        return recorded
-
-    def _schema(self, dimension: int | None) -> Any:
-        pymilvus = import_pymilvus()
-        schema = pymilvus.MilvusClient.create_schema(
-            auto_id=False, enable_dynamic_field=False, description=describe(self._recorded_at_creation())
-        )
-        schema.add_field(ID_FIELD, pymilvus.DataType.VARCHAR, is_primary=True, max_length=MAX_VARCHAR_BYTES)
-        schema.add_field(CONTENT_FIELD, pymilvus.DataType.VARCHAR, max_length=MAX_VARCHAR_BYTES)
-        schema.add_field(METADATA_FIELD, pymilvus.DataType.JSON)
-        schema.add_field(FILTER_FIELD, pymilvus.DataType.JSON)
-        if dimension is not None:
-            schema.add_field(HAS_VECTOR_FIELD, pymilvus.DataType.BOOL)
-            schema.add_field(VECTOR_FIELD, pymilvus.DataType.FLOAT_VECTOR, dim=dimension)
-        if self.enable_bm25:
-            schema.add_field(
-                TEXT_FIELD, pymilvus.DataType.VARCHAR, max_length=MAX_VARCHAR_BYTES,
-                enable_analyzer=True, analyzer_params=self._analyzer_params,
-            )
-            schema.add_field(SPARSE_FIELD, pymilvus.DataType.SPARSE_FLOAT_VECTOR)
-            schema.add_function(pymilvus.Function(
-                name="fastrag_bm25", function_type=pymilvus.FunctionType.BM25,
-                input_field_names=[TEXT_FIELD], output_field_names=[SPARSE_FIELD],
-            ))
-        return schema
-
-    def _index_specs(self, dimension: int | None) -> list[dict[str, Any]]:
-        specs = []
-        if dimension is not None:
-            dense = {k: v for k, v in self._index_params.items() if k not in ("metric_type", "field_name", "index_name")}
-            dense.setdefault("index_type", "FLAT")
-            dense["params"] = dict(dense.get("params") or {})
-            specs.append({"field_name": VECTOR_FIELD, "index_name": VECTOR_FIELD, "metric_type": "COSINE", **dense})
-        if self.enable_bm25:
-            specs.append({"field_name": SPARSE_FIELD, "index_name": SPARSE_FIELD,
-                          "index_type": "SPARSE_INVERTED_INDEX", "metric_type": "BM25",
-                          "params": {"bm25_k1": BM25_K1, "bm25_b": BM25_B}})
-        return specs
 
     async def _create_collection(self, dimension: int | None) -> None:
         """Create the collection (without dense vectors when ``dimension`` is None), its indexes, and load it.
@@ -477,16 +396,19 @@ class MilvusVectorStore:
         A concurrent creator is tolerated: the collection it made is then opened as an existing one.
         """
         pymilvus = import_pymilvus()
-        schema = self._schema(dimension)
+        schema = collection_schema(
+            pymilvus, dimension, enable_bm25=self.enable_bm25, analyzer_params=self._analyzer_params,
+            embedding_model=self.embedding_model,
+        )  # fmt: skip
         try:
             await self._call("create_collection", self.collection, schema=schema, consistency_level="Strong",
-                             properties=self._recorded_at_creation())
+                             properties=recorded_at_creation(self.embedding_model))
         except BackendError:
             if not await self._call("has_collection", self.collection):
                 raise
             await self._load_collection_state()  # another client created it meanwhile: open theirs
             return
-        specs = self._index_specs(dimension)
+        specs = index_specs(dimension, enable_bm25=self.enable_bm25, index_params=self._index_params)
         if self._owns_client or not self._is_async:
             # pymilvus's async create_index waits through AllocTimestamp, which milvus-lite does not serve;
             # the sync client can start the build without waiting, and we poll describe_index instead.
@@ -653,7 +575,7 @@ class MilvusVectorStore:
             None if embeddings is None
             else check_embeddings(embeddings, len(docs), dimension=self.dimension, store=self.name)
         )
-        rows = [self._row(doc) for doc in docs]
+        rows = [document_row(doc) for doc in docs]
         await self._ensure_collection(None if matrix is None else matrix.shape[1])
         if matrix is not None and not self._has_vectors:
             raise ConfigurationError(
@@ -675,35 +597,6 @@ class MilvusVectorStore:
         for start in range(0, len(rows), _UPSERT_BATCH):
             await self._call("upsert", self.collection, rows[start : start + _UPSERT_BATCH])
             self._unflushed += len(rows[start : start + _UPSERT_BATCH])
-
-    def _row(self, doc: Document) -> dict[str, Any]:
-        metadata, _ = metadata_json(doc)
-        title = doc.metadata.get(TITLE)
-        text = f"{title}\n{doc.content}" if isinstance(title, str) and title else doc.content
-        for label, value in (("id", doc.id), ("content", doc.content), ("title + content", text)):
-            if label == "id" and isinstance(value, str):
-                value = encode_id(value)  # as stored: a line break or quote takes 3 characters
-            try:
-                size = len(value.encode("utf-8"))
-            except UnicodeEncodeError as exc:
-                raise InvalidParameterError(f"document {doc.id!r}: {label} is not valid Unicode text") from exc
-            if size > MAX_VARCHAR_BYTES:
-                raise InvalidParameterError(
-                    f"document {doc.id!r}: {label} is {size} UTF-8 bytes; Milvus holds at most "
-                    f"{MAX_VARCHAR_BYTES} (chunk the text)"
-                )
-        beyond = _int_beyond_int64(metadata)
-        if beyond is not None:
-            raise InvalidParameterError(
-                f"document {doc.id!r}: metadata integer {beyond!r} is beyond int64, the range Milvus's JSON holds "
-                "(store it as a string or a float)"
-            )
-        try:
-            values = filter_values(metadata)
-        except UnicodeEncodeError as exc:
-            raise InvalidParameterError(f"document {doc.id!r}: a metadata key is not valid Unicode text") from exc
-        return {ID_FIELD: encode_id(doc.id), CONTENT_FIELD: doc.content, METADATA_FIELD: metadata, FILTER_FIELD: values,
-                TEXT_FIELD: text}
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | MilvusExpr | None = None) -> int:  # noqa: A002
         """Delete documents; return how many were removed.
@@ -738,7 +631,7 @@ class MilvusVectorStore:
 
     async def clear(self) -> int:
         """Delete every document; return how many were removed."""
-        return await self.delete(filter=MilvusExpr(_TRUE))
+        return await self.delete(filter=MilvusExpr(MATCH_ALL))
 
     def _id_filter_expressions(
         self, ids: Sequence[str] | None, filter: FilterLike | MilvusExpr | None  # noqa: A002
@@ -746,7 +639,7 @@ class MilvusVectorStore:
         """Expressions whose union selects ``ids`` AND ``filter`` (ids in batches); ``[]`` selects nothing."""
         condition = native_or_translated(filter)
         if ids is None:
-            return [condition or _TRUE]
+            return [condition or MATCH_ALL]
         if isinstance(ids, str) or not isinstance(ids, Sequence):
             raise InvalidParameterError("ids must be a sequence of strings, not one string")
         for i in ids:
@@ -768,7 +661,7 @@ class MilvusVectorStore:
         last: str | None = None
         while True:
             page_expression = expression if last is None else and_expressions(
-                expression or _TRUE, f"{ID_FIELD} > {string_literal(last)}"
+                expression or MATCH_ALL, f"{ID_FIELD} > {string_literal(last)}"
             )
             page = await self._call("query", self.collection, filter=page_expression, output_fields=output_fields,
                                     limit=_QUERY_PAGE, iterator="True")
@@ -968,42 +861,28 @@ class MilvusVectorStore:
             FilterError / UnsupportedFilterError: the filter is malformed / cannot be expressed.
             BackendError: Milvus failed.
         """
-        fused = search_hybrid(
-            self, query, embedding, k=k, filter=filter, fusion=fusion, rank_constant=rank_constant, weights=weights,
-            candidate_k=candidate_k, provenance=provenance,
-        )
+        plan = plan_hybrid(
+            query, embedding, k=k, filter=filter, fusion=fusion, rank_constant=rank_constant, weights=weights,
+            candidate_k=candidate_k,
+        )  # fmt: skip
+        exists = await self._searchable()
+        if not self.enable_bm25:
+            raise ConfigurationError(f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True")
+        if not exists:
+            return []
+        if not self._has_vectors:
+            raise ConfigurationError(f"{self.name}: the collection holds no dense vectors (BM25 only)")
+        if plan.vector.shape[0] != self.dimension:
+            raise DimensionMismatchError(
+                f"{self.name}: query has dimension {plan.vector.shape[0]}, the store holds {self.dimension}"
+            )
+        fused = run_hybrid(plan, hybrid_page=self._hybrid_page, search_leg=self._search, provenance=provenance)
         return await self._unless_never_written(fused, [])
 
-
-def index_params(pymilvus: Any, spec: Mapping[str, Any]) -> Any:
-    params = pymilvus.MilvusClient.prepare_index_params()
-    params.add_index(**spec)
-    return params
-
-
-def _int_beyond_int64(value: Any) -> int | None:
-    """The first integer in a JSON-like ``value`` (nested lists and objects included) outside int64, if any."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if not INT64_MIN <= value <= INT64_MAX else None
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, list | tuple):
-        for item in value:
-            found = _int_beyond_int64(item)
-            if found is not None:
-                return found
-    return None
-
-
-def _python_milvus_lite() -> bool:
-    """Whether the installed milvus-lite is 3.x, the Python re-implementation (not the native 2.5 build), whose
-    searches over unflushed rows are slow scans (see :meth:`MilvusVectorStore._searchable`). Read from the
-    package's version, since milvus-lite 2.5.1's server does not implement ``GetVersion``."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return int(version("milvus-lite").split(".")[0]) >= 3
-    except (PackageNotFoundError, ValueError):
-        return False
+    async def _hybrid_page(self, requests: list[Any], fusion_ranker: Any, limit: int) -> list[Any]:
+        """The raw hits of one ``hybrid_search`` call for ``limit`` fused hits."""
+        result = await self._call(
+            "hybrid_search", self.collection, requests, fusion_ranker, limit=limit,
+            output_fields=[ID_FIELD, CONTENT_FIELD, METADATA_FIELD],
+        )  # fmt: skip
+        return result[0] if result else []

@@ -51,9 +51,9 @@ from fastrag.errors import (
     FastragError,
     InvalidParameterError,
 )
-from fastrag.filters import FilterLike, combine_filters, is_native_filter, parse_date
+from fastrag.filters import FilterLike, combine_filters, is_native_filter
 from fastrag.models import Document
-from fastrag.vector_store._metadata import epoch_micros, metadata_json
+from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import (
     check_embeddings,
     check_k,
@@ -64,6 +64,12 @@ from fastrag.vector_store._validation import (
 from fastrag.vector_store.postgres.connection import backend_error, parse_url, redacted
 from fastrag.vector_store.postgres.filters import PgWhere, translate_filter
 from fastrag.vector_store.postgres.queries import bm25_query, knn_query
+from fastrag.vector_store.postgres.rows import check_metadata as _check_metadata
+from fastrag.vector_store.postgres.rows import check_text as _check_text
+from fastrag.vector_store.postgres.rows import check_unicode as _check_unicode
+from fastrag.vector_store.postgres.rows import date_shadow as _date_shadow
+from fastrag.vector_store.postgres.rows import encode_text as _encode_text
+from fastrag.vector_store.postgres.rows import row_document as _row_document
 from fastrag.vector_store.postgres.schema import (
     SCHEMA_VERSION,
     Names,
@@ -91,77 +97,6 @@ def _drivers() -> tuple[Any, Any]:
     except ImportError as exc:
         raise ConfigurationError(f"the PostgreSQL store needs psycopg, psycopg-pool and pgvector: {INSTALL_HINT}") from exc
     return psycopg, psycopg_pool
-
-
-def _check_unicode(value: str, what: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidParameterError(f"{what} holds text that is not valid Unicode ({exc.reason})") from exc
-
-
-def _check_text(value: str, what: str) -> None:
-    if "\x00" in value:
-        raise InvalidParameterError(f"{what} holds the character U+0000, which PostgreSQL text cannot store")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidParameterError(f"{what} holds text that is not valid Unicode ({exc.reason})") from exc
-
-
-_ESCAPE = "\U0010ffff"  # a noncharacter: the escape of the two-character codes below
-
-
-def _encode_text(text: str) -> str:
-    """``text`` as PostgreSQL can store it: U+0000 becomes ``ESC 0`` and ESC itself ``ESC e`` (ESC is the
-    noncharacter U+10FFFF), an injective code, so ids that differ only after a U+0000 stay distinct. Used for
-    ids and contents, which are compared only for equality; :func:`_decode_text` reverses it."""
-    if "\x00" not in text and _ESCAPE not in text:
-        return text
-    return text.replace(_ESCAPE, _ESCAPE + "e").replace("\x00", _ESCAPE + "0")
-
-
-def _decode_text(text: str) -> str:
-    if _ESCAPE not in text:
-        return text
-    out, i = [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch == _ESCAPE and i + 1 < len(text):
-            out.append("\x00" if text[i + 1] == "0" else _ESCAPE)
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-def _row_document(doc_id: str, content: str, metadata_text: str) -> Document:
-    return Document(id=_decode_text(doc_id), content=_decode_text(content), metadata=json.loads(metadata_text))
-
-
-def _check_metadata(value: Any, what: str) -> None:
-    """Refuse U+0000 and lone surrogates anywhere in metadata keys and strings (jsonb cannot hold them)."""
-    if isinstance(value, str):
-        _check_text(value, what)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_text(key, what)
-            _check_metadata(item, what)
-    elif isinstance(value, list):
-        for item in value:
-            _check_metadata(item, what)
-
-
-def _date_shadow(metadata: dict[str, Any]) -> dict[str, int]:
-    """``{key: epoch µs}`` for the metadata values that are date strings (the ``dates`` column)."""
-    out = {}
-    for key, value in metadata.items():
-        if isinstance(value, str):
-            moment = parse_date(value)
-            if moment is not None:
-                out[key] = epoch_micros(moment)
-    return out
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:

@@ -1,26 +1,21 @@
-"""``QdrantHybridRetriever``: dense k-NN and BM25 fused inside Qdrant (RRF or DBSF) in one Query API request."""
+"""``QdrantHybridRetriever``: dense k-NN and BM25 fused inside Qdrant (RRF or DBSF) in one Query API request.
+
+The retriever embeds the query and calls :meth:`QdrantVectorStore.search_hybrid`, the store's public hybrid
+search; it reaches into nothing private of the store."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
-from fastrag.errors import ConfigurationError, InvalidParameterError
+from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
-from fastrag.models import BRANCHES, RANK, SCORE, Document
-from fastrag.vector_store._validation import check_k, check_query_vector
-from fastrag.vector_store.qdrant.filters import and_filters
-from fastrag.vector_store.qdrant.schema import (
-    DENSE,
-    ID_FIELD,
-    READ_FIELDS,
-    TERMS_FIELD,
-    to_document,
-)
-from fastrag.vector_store.qdrant.store import QdrantVectorStore
+from fastrag.limits import check_offset
+from fastrag.models import Document
+from fastrag.vector_store._validation import check_k
+from fastrag.vector_store.qdrant.connection import import_models
+from fastrag.vector_store.qdrant.filters import and_filters, native_filter
+from fastrag.vector_store.qdrant.store import QdrantVectorStore, check_hybrid_options
 
 if TYPE_CHECKING:
     from fastrag.protocols import Embedder
@@ -71,27 +66,15 @@ class QdrantHybridRetriever:
     ) -> None:
         if not isinstance(store, QdrantVectorStore):
             raise InvalidParameterError(f"store must be a QdrantVectorStore, got {type(store).__name__}")
-        if fusion not in ("rrf", "dbsf"):
-            raise InvalidParameterError(f"fusion must be 'rrf' or 'dbsf', got {fusion!r}")
-        check_k(rank_constant, "rank_constant")
-        check_k(candidate_k, "candidate_k")
-        if weights is not None:
-            if fusion != "rrf":
-                raise InvalidParameterError("weights apply to RRF only; Qdrant's DBSF takes none")
-            if not isinstance(weights, Mapping) or set(weights) != {"vector", "bm25"}:
-                raise InvalidParameterError(f'weights must map exactly "vector" and "bm25", got {weights!r}')
-            for key, w in weights.items():
-                if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
-                    raise InvalidParameterError(f"weight {key!r} must be a finite number >= 0, got {w!r}")
-            if all(w == 0 for w in weights.values()):
-                raise InvalidParameterError("at least one weight must be > 0")
+        check_hybrid_options(fusion, rank_constant, weights, candidate_k)
         self.store = store
         self.embedder = embedder
         self.fusion = fusion
         self.rank_constant = rank_constant
         self.weights = dict(weights) if weights is not None else None
         self.candidate_k = candidate_k
-        self.filter = filter if isinstance(filter, store._models.Filter) else combine_filters(filter)
+        self._models = import_models()
+        self.filter = filter if isinstance(filter, self._models.Filter) else combine_filters(filter)
 
     def __repr__(self) -> str:
         return (
@@ -121,62 +104,12 @@ class QdrantHybridRetriever:
         if not isinstance(query, str) or not query.strip():
             raise InvalidParameterError("query must be a non-blank string")
         check_k(k)
-        from fastrag.retrieval.pagination import check_offset
-
         check_offset(offset, k)
-        page_end = offset + k
-        store, m = self.store, self.store._models
-        qfilter = and_filters(m, store._filter(self.filter), store._filter(filter))
-        exists = await store._ready()
-        if not store.enable_bm25:
-            raise ConfigurationError(f"{store.name}: QdrantHybridRetriever needs a store with enable_bm25=True")
-        embedding = check_query_vector(
-            await self.embedder.embed_query(query), dimension=store.dimension, store=store.name
-        )
-        text_query = store._text_query(query)
-        if not exists:
-            return []
-        fetch_k = max(self.candidate_k, page_end)
-        weights = self.weights or {"vector": 1.0, "bm25": 1.0}
-        legs: list[tuple[str, Any, str]] = []
-        if store._has_dense and np.any(embedding) and weights["vector"] > 0:
-            legs.append(("vector", embedding.tolist(), DENSE))
-        if text_query is not None and weights["bm25"] > 0:  # a zero weight drops the leg, as in fastrag's fusions
-            legs.append(("bm25", text_query, TERMS_FIELD))
-        if not legs:
-            return []
-        if self.fusion == "dbsf":
-            fused_query = m.FusionQuery(fusion=m.Fusion.DBSF)
-        else:
-            leg_weights = None if self.weights is None else [float(self.weights[name]) for name, _, _ in legs]
-            fused_query = m.RrfQuery(rrf=m.Rrf(k=self.rank_constant + 1, weights=leg_weights))
-        prefetch = [m.Prefetch(query=q, using=using, filter=qfilter, limit=fetch_k) for _, q, using in legs]
-        requests = [
-            m.QueryRequest(prefetch=prefetch, query=fused_query, filter=qfilter, limit=fetch_k * len(legs),
-                           with_payload=READ_FIELDS),
-            *(m.QueryRequest(query=q, using=using, filter=qfilter, limit=fetch_k, with_payload=[ID_FIELD])
-              for _, q, using in legs),
-        ]
-        fused, *leg_results = await store._call(
-            "query_batch_points", collection_name=store.collection, requests=requests
-        )
-        branches: dict[str, dict[str, dict[str, Any]]] = {}
-        for (name, _, _), result in zip(legs, leg_results, strict=True):
-            for rank, point in enumerate(result.points):
-                doc_id = (point.payload or {}).get(ID_FIELD)
-                branches.setdefault(doc_id, {}).setdefault(name, {"score": float(point.score), "rank": rank})
-        ordered = sorted(
-            ((float(p.score), to_document(p.payload)) for p in fused.points),
-            key=lambda sd: (-sd[0], min((b["rank"] for b in branches.get(sd[1].id, {}).values()), default=fetch_k),
-                            sd[1].id),
-        )
-        out = []
-        for rank, (score, doc) in enumerate(ordered[:page_end]):
-            if rank < offset:
-                continue
-            metadata = {key: v for key, v in doc.metadata.items() if key not in (SCORE, RANK, BRANCHES)}
-            metadata[SCORE] = score
-            metadata[RANK] = rank
-            metadata[BRANCHES] = dict(sorted(branches.get(doc.id, {}).items()))
-            out.append(Document(id=doc.id, content=doc.content, metadata=metadata))
-        return out
+        m = self._models
+        qfilter = and_filters(m, native_filter(m, self.filter), native_filter(m, filter))  # raises before embedding
+        embedding = await self.embedder.embed_query(query)
+        found = await self.store.search_hybrid(
+            query, embedding, k=offset + k, filter=qfilter, fusion=self.fusion, rank_constant=self.rank_constant,
+            weights=self.weights, candidate_k=self.candidate_k,
+        )  # fmt: skip
+        return found[offset:] if offset else found

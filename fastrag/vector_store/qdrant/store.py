@@ -8,7 +8,7 @@ import inspect
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import numpy as np
@@ -25,7 +25,7 @@ from fastrag.errors import (
     RateLimitError,
 )
 from fastrag.filters import FilterLike
-from fastrag.models import Document
+from fastrag.models import BRANCHES, RANK, SCORE, Document
 from fastrag.vector_store._validation import (
     check_document_text,
     check_embeddings,
@@ -609,6 +609,109 @@ class QdrantVectorStore:
         scored = await self._query_top(k, query=text_query, using=TERMS_FIELD, query_filter=qfilter)
         return [d.ranked(score=s, rank=r) for r, (s, d) in enumerate(scored)]
 
+    async def search_hybrid(
+        self,
+        query: str,
+        embedding: np.ndarray,
+        *,
+        k: int,
+        filter: FilterLike | Any | None = None,  # noqa: A002
+        fusion: Literal["rrf", "dbsf"] = "rrf",
+        rank_constant: int = 60,
+        weights: Mapping[str, float] | None = None,
+        candidate_k: int = 40,
+    ) -> list[Document]:
+        """Dense k-NN and BM25 fused inside Qdrant: one Query API batch with two prefetch legs.
+
+        Both legs (``"vector"``: ``embedding`` on the dense vector; ``"bm25"``: the analysed ``query`` on the
+        text index) carry ``filter`` and ask for ``max(candidate_k, k)`` documents; Qdrant fuses them. The
+        same batch also returns each leg's list, so every result records its per-branch score and rank. A
+        leg whose weight is 0, a zero ``embedding`` (or a collection without dense vectors) and a query
+        with no terms left after analysis each drop their leg.
+
+        Args:
+            query: the text for the BM25 leg (a non-blank string).
+            embedding: ``(dim,)`` query vector for the dense leg.
+            k: how many fused documents at most (an int > 0).
+            filter: a fastrag filter or a native ``models.Filter``, applied to both legs before their cuts.
+            fusion: ``"rrf"`` (Reciprocal Rank Fusion, Cormack et al. 2009: a document scores
+                ``sum 1 / (rank_constant + r)`` with one-based ranks ``r``, sent to Qdrant as
+                ``k = rank_constant + 1`` since Qdrant counts ranks from zero) or ``"dbsf"`` (Qdrant's
+                distribution-based score fusion: each leg normalised by mean ± 3 standard deviations, summed).
+            rank_constant: RRF's constant (a positive int; 60 in the paper).
+            weights: RRF only: ``{"vector": w, "bm25": w}``, Qdrant's weighted RRF
+                (``1 / (r / w + rank_constant)``); ``None``: unweighted.
+            candidate_k: how many documents each leg contributes (a positive int; at least ``k`` are read).
+
+        Returns:
+            Copies best first with the fused ``score`` (RRF: in ``(0, 2 / (rank_constant + 1)]``; DBSF: a sum
+            of normalised scores), zero-based ``rank`` and ``metadata["branches"] = {"vector": {"score",
+            "rank"}, "bm25": {...}}`` for the legs that returned the document. Ties are broken by the best
+            leg rank, then id. Empty when the collection does not exist yet or no leg is left.
+
+        Raises:
+            InvalidParameterError: ``k``, ``rank_constant`` or ``candidate_k`` is not a positive int; the
+                query is blank; a bad ``fusion`` or ``weights`` (see ``check_hybrid_options`` in this module); the
+                vector holds NaN or infinity.
+            FilterError / UnsupportedFilterError: the filter is malformed / cannot be expressed.
+            ConfigurationError: the store has no BM25 (``enable_bm25``).
+            DimensionMismatchError: the vector's width differs from the store's.
+            BackendError: Qdrant failed.
+        """
+        check_k(k)
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidParameterError("query must be a non-blank string")
+        check_hybrid_options(fusion, rank_constant, weights, candidate_k)
+        qfilter = self._filter(filter)
+        exists = await self._ready()
+        if not self.enable_bm25:
+            raise ConfigurationError(f"{self.name}: QdrantHybridRetriever needs a store with enable_bm25=True")
+        vector = check_query_vector(embedding, dimension=self.dimension, store=self.name)
+        text_query = self._text_query(query)
+        if not exists:
+            return []
+        m = self._models
+        fetch_k = max(candidate_k, k)
+        leg_weights = weights or {"vector": 1.0, "bm25": 1.0}
+        legs: list[tuple[str, Any, str]] = []
+        if self._has_dense and np.any(vector) and leg_weights["vector"] > 0:
+            legs.append(("vector", vector.tolist(), DENSE))
+        if text_query is not None and leg_weights["bm25"] > 0:  # a zero weight drops the leg, as in fastrag's fusions
+            legs.append(("bm25", text_query, TERMS_FIELD))
+        if not legs:
+            return []
+        if fusion == "dbsf":
+            fused_query = m.FusionQuery(fusion=m.Fusion.DBSF)
+        else:
+            sent_weights = None if weights is None else [float(weights[name]) for name, _, _ in legs]
+            fused_query = m.RrfQuery(rrf=m.Rrf(k=rank_constant + 1, weights=sent_weights))
+        prefetch = [m.Prefetch(query=q, using=using, filter=qfilter, limit=fetch_k) for _, q, using in legs]
+        requests = [
+            m.QueryRequest(prefetch=prefetch, query=fused_query, filter=qfilter, limit=fetch_k * len(legs),
+                           with_payload=READ_FIELDS),
+            *(m.QueryRequest(query=q, using=using, filter=qfilter, limit=fetch_k, with_payload=[ID_FIELD])
+              for _, q, using in legs),
+        ]  # fmt: skip
+        fused, *leg_results = await self._call("query_batch_points", collection_name=self.collection, requests=requests)
+        branches: dict[str, dict[str, dict[str, Any]]] = {}
+        for (name, _, _), result in zip(legs, leg_results, strict=True):
+            for rank, point in enumerate(result.points):
+                doc_id = (point.payload or {}).get(ID_FIELD)
+                branches.setdefault(doc_id, {}).setdefault(name, {"score": float(point.score), "rank": rank})
+        ordered = sorted(
+            ((float(p.score), to_document(p.payload)) for p in fused.points),
+            key=lambda sd: (-sd[0], min((b["rank"] for b in branches.get(sd[1].id, {}).values()), default=fetch_k),
+                            sd[1].id),
+        )  # fmt: skip
+        out = []
+        for rank, (score, doc) in enumerate(ordered[:k]):
+            metadata = {key: v for key, v in doc.metadata.items() if key not in (SCORE, RANK, BRANCHES)}
+            metadata[SCORE] = score
+            metadata[RANK] = rank
+            metadata[BRANCHES] = dict(sorted(branches.get(doc.id, {}).items()))
+            out.append(Document(id=doc.id, content=doc.content, metadata=metadata))
+        return out
+
     def _text_query(self, query: str) -> Any | None:
         terms = sorted(set(self.analyzer.analyze(query)))
         if not terms:
@@ -634,3 +737,28 @@ class QdrantVectorStore:
             limit *= 2
         scored = sorted(((float(p.score), to_document(p.payload)) for p in points), key=lambda sd: (-sd[0], sd[1].id))
         return scored[:k]
+
+
+def check_hybrid_options(fusion: Any, rank_constant: Any, weights: Any, candidate_k: Any) -> None:
+    """Check the fusion options of :meth:`QdrantVectorStore.search_hybrid` (and of the retriever over it).
+
+    Raises:
+        InvalidParameterError: ``fusion`` is not ``"rrf"`` or ``"dbsf"``; ``rank_constant`` or ``candidate_k``
+            is not a positive int; ``weights`` are given with ``"dbsf"``, do not map exactly ``"vector"`` and
+            ``"bm25"``, hold a negative or non-finite number, or are all zero.
+    """
+    if fusion not in ("rrf", "dbsf"):
+        raise InvalidParameterError(f"fusion must be 'rrf' or 'dbsf', got {fusion!r}")
+    check_k(rank_constant, "rank_constant")
+    check_k(candidate_k, "candidate_k")
+    if weights is None:
+        return
+    if fusion != "rrf":
+        raise InvalidParameterError("weights apply to RRF only; Qdrant's DBSF takes none")
+    if not isinstance(weights, Mapping) or set(weights) != {"vector", "bm25"}:
+        raise InvalidParameterError(f'weights must map exactly "vector" and "bm25", got {weights!r}')
+    for key, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+            raise InvalidParameterError(f"weight {key!r} must be a finite number >= 0, got {w!r}")
+    if all(w == 0 for w in weights.values()):
+        raise InvalidParameterError("at least one weight must be > 0")

@@ -5,9 +5,13 @@
 - ``lexical.py``: the BM25 index, immutable segments of packed per-term postings, and BM25 scoring;
 - ``snapshot.py``: the in-memory view of one committed state (vectors, lengths, liveness), extended
   incrementally by what each commit wrote;
-- ``columns.py``: metadata columns and the vectorised evaluation of the filter AST.
+- ``columns.py``: metadata columns and the vectorised evaluation of the filter AST;
+- ``maintenance.py``: what the writer does after a commit (segment merges, compaction) and the store's
+  status report (:class:`SQLiteStoreStatus`);
+- ``access.py``: opening the file read-write, or read-only when this process cannot write it.
 """
 
+from fastrag.vector_store.sqlite.maintenance import SQLiteStoreStatus
 from fastrag.vector_store.sqlite.store import SQLiteVectorStore
 
-__all__ = ["SQLiteVectorStore"]
+__all__ = ["SQLiteStoreStatus", "SQLiteVectorStore"]

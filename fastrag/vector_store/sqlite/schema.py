@@ -34,7 +34,7 @@ from fastrag.vector_store.sqlite import lexical, snapshot
 
 __all__ = [
     "ALLOCATIONS_KEPT", "BLOCK_ROWS", "BUMP_SQL", "GENERATION_SQL", "MAX_ROWID", "SCHEMA", "SCHEMA_VERSION",
-    "allocation_token", "create_or_migrate", "meta_int", "name_state", "record_allocation", "set_meta",
+    "allocation_token", "create_or_migrate", "meta_int", "name_state", "record_allocation", "rollback", "set_meta",
 ]
 
 SCHEMA_VERSION = "3"
@@ -76,12 +76,23 @@ GENERATION_SQL = "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generatio
 # every write ends by raising the generation once more, so its state has a generation no other state has
 BUMP_SQL = "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'"
 
-def create_or_migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Create the schema in a new file, migrate a schema-2 file in place, or refuse another version."""
+def create_or_migrate(conn: sqlite3.Connection, path: str, *, read_only: bool = False) -> None:
+    """Create the schema in a new file, migrate a schema-2 file in place, or refuse another version.
+
+    With ``read_only`` (a store opened for reading only) nothing is written: a file of the current schema
+    passes, anything else raises :class:`~fastrag.errors.BackendUnavailableError`.
+    """
     version = None
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = row[0] if row else None
+    if read_only and version != SCHEMA_VERSION:
+        why = ("it holds no fastrag store (no meta table), and a read-only file cannot become one" if version is None
+               else "it is of schema 2 and must be migrated, which writes: open it once where it is writable"
+               if version == "2" else f"unsupported schema version {version}")  # fmt: skip
+        raise BackendUnavailableError(f"cannot open the store read-only: {why}", store=path)
+    if read_only:
+        return
     if version == "2":
         migrate_from_2(conn, path)
         return
@@ -148,9 +159,8 @@ def migrate_from_2(conn: sqlite3.Connection, path: str) -> None:
         for key, value in (("schema_version", SCHEMA_VERSION), ("generation", str(generation + 1)), ("next_rowid", str(top + 1))):
             conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
         conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+    except BaseException as exc:
+        rollback(conn, exc)
         raise
 
 
@@ -222,3 +232,19 @@ def meta_int(conn: sqlite3.Connection, key: str, default: int | None = None) -> 
 
 def set_meta(conn: sqlite3.Connection, key: str, value: int) -> None:
     conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
+
+
+def rollback(conn: sqlite3.Connection, exc: BaseException) -> None:
+    """Roll back ``conn``'s transaction after ``exc`` failed it, if SQLite has not already done so.
+
+    On some errors (``SQLITE_FULL`` "database or disk is full", ``SQLITE_IOERR``, ``SQLITE_NOMEM``) SQLite
+    rolls the whole transaction back itself; a ``ROLLBACK`` then fails with "cannot rollback - no
+    transaction is active", which would replace the real error (issue 26). Should the rollback itself
+    fail, ``exc`` stays the error raised, with a note saying so.
+    """
+    if not conn.in_transaction:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as failed:
+        exc.add_note(f"and rolling the transaction back failed too: {type(failed).__name__}: {failed}")

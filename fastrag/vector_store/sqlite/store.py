@@ -34,11 +34,21 @@ Design (the measurements behind it are in ``docs/benchmarks.md``, "The embedded 
   :func:`fastrag.filters.matches`: a filter costs one vectorised mask, not a scan with a JSON parse per row.
 - **Writes** are single transactions: an interrupted upsert or delete leaves the previous state. File
   databases use the WAL journal. Writes run in a worker thread on one writer connection, one at a time.
+  The BM25 merges and the compaction that follow a write (:mod:`fastrag.vector_store.sqlite.maintenance`)
+  run after its commit, each in a transaction of its own: one that fails (the disk filled) leaves the
+  write committed and reported so, is logged, shown by ``status()``, and run again by the next write.
 - **Reads** (``search_vector``, ``search_text``, ``get``, ``count``) on a file run on a bounded pool of
   read-only connections (``read_connections``, default ``min(4, os.cpu_count())``), so reads run
   concurrently with each other and with a write (WAL). Each call is one read transaction, so it sees one
-  committed state (a snapshot) even while this store, another store or another process writes.
-  ``":memory:"`` (and ``""``) cannot be shared between connections: such a store keeps one connection.
+  committed state (a snapshot) even while this store, another store or another process writes. A call
+  takes a token of a capacity limiter of two per connection before it hops into a worker thread, so at
+  most one thread per connection waits for one (and a returned connection wakes one); the other calls
+  wait in the event loop, in order (issue 28). ``":memory:"`` (and ``""``) cannot be shared between
+  connections: such a store keeps one connection.
+- **Read-only files**: a store this process cannot write (a read-only file system, permissions, or
+  ``read_only=True``) opens for reading (:mod:`fastrag.vector_store.sqlite.access`: SQLite's ``mode=ro``,
+  or ``immutable`` when its WAL index cannot be created); its writes raise
+  :class:`~fastrag.errors.ReadOnlyStoreError`.
 - **Caches**: the vectors, BM25 lengths and liveness of the newest state a read has seen are kept in
   memory (:class:`~fastrag.vector_store.sqlite.snapshot.Snapshot`), named by the generation the database keeps (``meta.generation``,
   raised by every write in its own transaction). A read of a newer state extends them by the blocks and
@@ -67,12 +77,14 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 
 from fastrag.analysis import SNOWBALL_LANGUAGES, SNOWBALL_STOPWORD_LANGUAGES, Analyzer, language_code, primary_language
@@ -84,11 +96,12 @@ from fastrag.errors import (
     DimensionMismatchError,
     FastragError,
     InvalidParameterError,
+    ReadOnlyStoreError,
     TransientBackendError,
 )
 from fastrag.filters import Filter, FilterLike, matches, parse_filter
+from fastrag.limits import check_positive_int
 from fastrag.models import Document, owned_document
-from fastrag.retrieval._validation import check_positive_int
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import (
     check_dimension,
@@ -96,12 +109,12 @@ from fastrag.vector_store._validation import (
     check_query_vector,
     check_unique_ids,
 )
-from fastrag.vector_store.sqlite import cancellation, lexical, snapshot
+from fastrag.vector_store.sqlite import access, cancellation, lexical, maintenance, snapshot
 from fastrag.vector_store.sqlite.columns import Column, filter_mask
+from fastrag.vector_store.sqlite.maintenance import SQLiteStoreStatus
 from fastrag.vector_store.sqlite.rows import (
     IN_CHUNK,
     chunks,
-    dead_mask,
     delete_rows,
     id_list,
     load_column,
@@ -119,6 +132,7 @@ from fastrag.vector_store.sqlite.schema import (
     meta_int,
     name_state,
     record_allocation,
+    rollback,
     set_meta,
 )
 from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
@@ -126,7 +140,7 @@ from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
 if TYPE_CHECKING:
     from fastrag.vector_store.sqlite.ann.keeper import IndexKeeper
 
-__all__ = ["SQLiteVectorStore"]
+__all__ = ["SQLiteStoreStatus", "SQLiteVectorStore"]
 
 logger = logging.getLogger("fastrag.vector_store")
 
@@ -146,8 +160,15 @@ def _corrupt(exc: BaseException) -> str:
 _BUSY_TIMEOUT_S = 5.0  # how long every connection waits for a lock before SQLITE_BUSY
 _PRIVATE_PATHS = (":memory:", "")  # databases private to one connection: no pool of readers
 _VECTOR_INDEXES = ("exact", "hnsw", "pq")
+_THREADS_PER_CONNECTION = 2
+"""Worker threads a connection may have at once: the one using it and one parked, ready to take it when it
+comes back (:meth:`SQLiteVectorStore._limiters`)."""
 T = TypeVar("T")
-
+# Per event loop (an anyio RunVar) and per store: the capacity limiters gating the hop into a worker thread,
+# (reads, writer). A limiter belongs to one event loop; a store used from several loops gets one per loop.
+_LIMITERS: anyio.lowlevel.RunVar[weakref.WeakKeyDictionary[Any, tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]]] = (
+    anyio.lowlevel.RunVar("fastrag_sqlite_limiters")
+)
 
 
 def _languages_of(value: str) -> tuple[str, ...]:
@@ -185,12 +206,23 @@ class SQLiteVectorStore:
             complete (a rare filter is answered exactly). ``":memory:"`` stores keep the index in memory.
         ef_search: the HNSW candidate list per search (an int > 0; ``None``: the index's default): larger
             is slower and closer to exact. Only for ``vector_index="hnsw"``.
+        read_only: ``None`` (default): read-write when this process can write the file, its folder and its
+            journal (``<path>-wal``, ``<path>-shm``), else read-only (a read-only file system, a file or
+            folder this user may not write; logged at INFO on logger ``fastrag.vector_store``, WARNING
+            when only an immutable open is possible: :mod:`fastrag.vector_store.sqlite.access`).
+            ``True``: read-only whatever the permissions. ``False``: read-write or
+            :class:`~fastrag.errors.BackendUnavailableError`. A read-only store searches, counts and gets
+            as any other; :meth:`upsert`, :meth:`delete` and :meth:`clear` raise
+            :class:`~fastrag.errors.ReadOnlyStoreError`; ``read_only`` (the attribute) and :meth:`status`
+            say which it is.
 
     Every connection waits up to 5 seconds for a lock held by another connection (SQLite's busy timeout)
     before a call fails with :class:`~fastrag.errors.TransientBackendError`.
 
     Raises:
-        BackendUnavailableError: the file cannot be opened or is not a fastrag database.
+        BackendUnavailableError: the file cannot be opened or is not a fastrag database; or, read-only, it
+            does not exist, needs a migration or a re-analysis (which write), or its journal cannot be read
+            (:func:`fastrag.vector_store.sqlite.access.choose`); or ``read_only=False`` and it is not writable.
         ConfigurationError: ``dimension``, ``embedding_model`` or the analyzer differ from the file's; or
             ``vector_index="hnsw"`` or ``"pq"`` without faiss installed (raised by the first dense search).
         InvalidParameterError: ``dimension``, ``read_connections`` or ``ef_search`` is not a positive int,
@@ -219,6 +251,7 @@ class SQLiteVectorStore:
         read_connections: int | None = None,
         vector_index: str = "exact",
         ef_search: int | None = None,
+        read_only: bool | None = None,
     ) -> None:
         if vector_index not in _VECTOR_INDEXES:
             raise InvalidParameterError(f"vector_index must be one of {_VECTOR_INDEXES}, got {vector_index!r}")
@@ -233,6 +266,10 @@ class SQLiteVectorStore:
             raise InvalidParameterError(f"dimension must be a positive int, got {dimension!r}")
         if read_connections is not None:
             check_positive_int(read_connections, "read_connections")
+        if read_only not in (None, True, False):
+            raise InvalidParameterError(f"read_only must be None, True or False, got {read_only!r}")
+        if read_only and str(path) in _PRIVATE_PATHS:
+            raise InvalidParameterError(f"read_only=True needs a store file, not {str(path)!r} (a private, empty database)")
         self.path = str(path)
         self.analyzer = analyzer or Analyzer()
         self._adopt_analysis = analyzer is None
@@ -240,8 +277,11 @@ class SQLiteVectorStore:
         self._max_readers = read_connections or min(4, os.cpu_count() or 1)
         self._lock = threading.Lock()  # the writer connection (and, for a private database, every call)
         self._closed = False
+        self._maintenance = maintenance.MaintenanceRecord()  # the last post-commit merge's outcome
         # the pool of read connections: guarded by _pool; _busy counts those checked out, _opening those
-        # being opened; every open reader is in _readers, the idle ones also in _idle (last used on top)
+        # being opened; every open reader is in _readers, the idle ones also in _idle (last used on top).
+        # The hop into a worker thread is gated by a capacity limiter of two per connection (_limiters),
+        # so at most one thread per connection ever waits here, and a returned connection wakes one.
         self._pool = threading.Condition(threading.Lock())
         self._readers: list[sqlite3.Connection] = []
         self._idle: list[sqlite3.Connection] = []
@@ -254,7 +294,8 @@ class SQLiteVectorStore:
         self._arena: Arena | None = None
         self._columns: dict[str, tuple[Column, int]] = {}
         self._postings = lexical.PostingsCache()  # hot terms' postings rows, valid across states
-        self._conn = self._open()
+        self._access = access.READ_WRITE
+        self._conn = self._open(read_only)
         try:
             self._check_opened(dimension, embedding_model)
         except BaseException:
@@ -272,8 +313,11 @@ class SQLiteVectorStore:
             self._per_language = self._language_analysis()
             self._check_analysis()
             self._stored_languages(self._conn)  # recorded once for a file from before the record
-            self._store_id = self._check_meta("store_id", None, str) or self._new_store_id()
-            name_state(self._conn)  # the state as opened has a token, which an ANN index file built from it keeps
+            self._store_id: str | None = self._check_meta("store_id", None, str) or (
+                None if self.read_only else self._new_store_id()
+            )
+            if not self.read_only:
+                name_state(self._conn)  # the state as opened has a token, which an ANN index file built from it keeps
             self._open_ann()
         except FastragError:
             raise
@@ -285,31 +329,54 @@ class SQLiteVectorStore:
     def __repr__(self) -> str:
         return f"SQLiteVectorStore({self.path!r})"
 
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened read-only (writes raise :class:`~fastrag.errors.ReadOnlyStoreError`)."""
+        return self._access.read_only
+
+    def _refuse_writes(self, what: str) -> None:
+        if self._access.read_only:
+            raise ReadOnlyStoreError(
+                f"the store is opened read-only ({self._access.reason}): {what} is refused; open it where "
+                "it is writable to change it",
+                store=self.path,
+            )
+
     def _connect(self, *, reader: bool) -> sqlite3.Connection:
         """A connection with this store's settings: busy timeout, PRAGMAs."""
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=_BUSY_TIMEOUT_S)
+        target = self._access.target or self.path
+        conn = sqlite3.connect(
+            target, check_same_thread=False, isolation_level=None, timeout=_BUSY_TIMEOUT_S, uri=self._access.uri
+        )
         cancellation.install(conn)  # a cancelled read stops inside SQLite (fastrag.vector_store.sqlite.cancellation)
         try:
             if not self._private:
                 conn.execute("PRAGMA synchronous=NORMAL")
-            if reader:
+            if reader or self._access.read_only:
                 conn.execute("PRAGMA query_only=ON")  # a reader can never write, whatever runs on it
         except BaseException:
             conn.close()
             raise
         return conn
 
-    def _open(self) -> sqlite3.Connection:
-        """The writer connection, with the schema created or checked."""
+    def _open(self, read_only: bool | None) -> sqlite3.Connection:
+        """The writer connection (read-only for a store opened so), with the schema created or checked."""
         path = self.path
         try:
             if not self._private:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                self._access = access.choose(path, read_only=read_only)
+                if self._access.read_only:
+                    log = logger.warning if self._access.mode == "immutable" else logger.info
+                    log("%s: opened %s (%s); searches work, writes raise ReadOnlyStoreError%s", path,
+                        self._access.mode, self._access.reason,
+                        "; commits made later by another process are not seen" if self._access.mode == "immutable" else "")
+                else:
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
             conn = self._connect(reader=False)
             try:
-                if not self._private:
+                if not self._private and not self._access.read_only:
                     conn.execute("PRAGMA journal_mode=WAL")  # persistent: the readers find the file in WAL mode
-                create_or_migrate(conn, path)
+                create_or_migrate(conn, path, read_only=self._access.read_only)
             except BaseException:
                 conn.close()
                 raise
@@ -337,7 +404,7 @@ class SQLiteVectorStore:
     def _check_meta(self, key: str, wanted: Any, kind: type) -> Any:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         if row is None:
-            if wanted is not None:
+            if wanted is not None and not self.read_only:  # a read-only store records nothing
                 self._conn.execute("INSERT INTO meta VALUES (?, ?)", (key, str(wanted)))
             return wanted
         stored = kind(row[0])
@@ -372,12 +439,13 @@ class SQLiteVectorStore:
         from fastrag.vector_store.sqlite.ann import files
         from fastrag.vector_store.sqlite.ann.keeper import IndexKeeper
 
-        if not self._private:
+        if not self._private and not self.read_only and self._store_id is not None:
             folder, name = os.path.split(os.path.abspath(self.path))
             files.remove_abandoned(folder or ".", re.escape(f"{name}-{self._store_id}") + r"\.(hnsw|pq)")
         if self.vector_index != "exact":
-            path = None if self._private else f"{self.path}-{self._store_id}.{self.vector_index}"
-            self._ann = IndexKeeper(self.vector_index, path=path, store=self.path, store_id=self._store_id)
+            path = None if self._private or self._store_id is None else f"{self.path}-{self._store_id}.{self.vector_index}"
+            self._ann = IndexKeeper(self.vector_index, path=path, store=self.path, store_id=self._store_id or "",
+                                    read_only=self.read_only)  # fmt: skip
 
     def _language_analysis(self) -> bool:
         """Whether documents are analysed in their own language (recorded in the file on first open).
@@ -392,7 +460,8 @@ class SQLiteVectorStore:
             "SELECT 1 FROM documents WHERE json_extract(metadata, '$.language') IS NOT NULL LIMIT 1"
         ).fetchone()
         mode = "store" if legacy else "per_document"
-        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('language_analysis', ?)", (mode,))
+        if not self.read_only:
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('language_analysis', ?)", (mode,))
         return mode == "per_document"
 
     def _check_analysis(self) -> None:
@@ -409,7 +478,17 @@ class SQLiteVectorStore:
         row = self._conn.execute("SELECT value FROM meta WHERE key = 'analysis'").fetchone()
         if row is not None and row[0] == signature:
             return
-        if self._conn.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is None:
+        empty = self._conn.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is None
+        if self.read_only:
+            if empty:
+                return
+            raise BackendUnavailableError(
+                f"the store's BM25 index was made by {row[0] if row else 'fastrag-analysis/1'}, and this fastrag "
+                f"analyses text as {signature}; it must be re-analysed, which writes, but it is opened read-only "
+                f"({self._access.reason}): open it once where it is writable",
+                store=self.path,
+            )
+        if empty:
             self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('analysis', ?)", (signature,))
             return
         started = time.perf_counter()
@@ -472,9 +551,8 @@ class SQLiteVectorStore:
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('analysis', ?)", (signature,))
             conn.execute(BUMP_SQL)
             conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+        except BaseException as exc:
+            rollback(conn, exc)
             raise
         return count
 
@@ -538,6 +616,7 @@ class SQLiteVectorStore:
     def _close_sync(self) -> None:
         with self._pool:
             self._closed = True
+            self._pool.notify_all()  # reads waiting for a connection see the store closed and raise
             while self._busy or self._opening:  # reads in flight finish on their connections
                 self._pool.wait()
             readers, self._readers, self._idle = self._readers, [], []
@@ -555,8 +634,44 @@ class SQLiteVectorStore:
                                 "rebuild it with `fastrag index`", store=self.path)  # fmt: skip
         return BackendError(f"SQLite error: {exc}", store=self.path)
 
+    def _limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]:
+        """This event loop's capacity limiters of this store: ``(reads, writer)``.
+
+        Every hop into a worker thread takes a token first: two per connection (``_THREADS_PER_CONNECTION``),
+        ``read_connections`` connections for reads of a file store, one for what runs on the writer
+        connection (writes; every call of a ``":memory:"`` store). So each connection has at most one
+        thread using it and one parked, ready to take it the moment it comes back (and woken alone,
+        ``notify``); calls beyond that wait in the event loop, in order. Issue 28: a search parked a worker
+        thread on the read pool, up to anyio's 40, and every returned connection woke all of them.
+
+        Two per connection rather than one, by measurement (``benchmarks/results/concurrency-variants.md``):
+        with one, a returned connection idles until the event loop has handed the next call to a thread,
+        which cost 25-40% of the queries/s at 32 calls in flight on a busy 2-core machine; the waiting
+        thread takes it at once.
+
+        The limiters live per event loop (an anyio ``RunVar``), as a limiter belongs to one: a store used
+        from several loops at once can park more threads, which the pool's condition still serves in turn.
+        """
+        table = _LIMITERS.get(None)
+        if table is None:
+            table = weakref.WeakKeyDictionary()
+            _LIMITERS.set(table)
+        limiters = table.get(self)
+        if limiters is None:
+            limiters = table[self] = (
+                anyio.CapacityLimiter(_THREADS_PER_CONNECTION * self._max_readers),
+                anyio.CapacityLimiter(_THREADS_PER_CONNECTION),
+            )
+        return limiters
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise BackendUnavailableError("store is closed", store=self.path)
+
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in a worker thread holding the writer connection's lock."""
+        """Run ``fn(*args)`` in a worker thread holding the writer connection's lock (one such thread at a
+        time: the writer limiter)."""
+        self._refuse_if_closed()
 
         def call() -> T:
             with self._lock:
@@ -573,18 +688,21 @@ class SQLiteVectorStore:
                 except _CORRUPT_DATA as exc:
                     raise BackendError(_corrupt(exc), store=self.path) from exc
 
-        return await anyio.to_thread.run_sync(call)
+        return await anyio.to_thread.run_sync(call, limiter=self._limiters()[1])
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(conn, snapshot, *args)`` in one worker thread, inside one read transaction.
 
         Every statement ``fn`` runs on ``conn`` sees the same committed state, and ``snapshot`` is the
         in-memory view of that state (:meth:`_snapshot_for`). A file store takes a connection from the read pool; a private
-        (``":memory:"``) one uses its only connection under the lock.
+        (``":memory:"``) one uses its only connection under the lock. At most two threads per read
+        connection hop in at once, one reading and one ready (:meth:`_limiters`); the other calls wait in
+        the event loop.
         """
         if self._private:
             return await self._run(lambda: self._in_snapshot(self._conn, fn, args))
-        return await anyio.to_thread.run_sync(self._pooled_read, fn, args)
+        self._refuse_if_closed()
+        return await anyio.to_thread.run_sync(self._pooled_read, fn, args, limiter=self._limiters()[0])
 
     def _pooled_read(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         conn = self._checkout()
@@ -634,7 +752,8 @@ class SQLiteVectorStore:
                 if conn is not None:
                     self._readers.append(conn)
                     self._busy += 1
-                self._pool.notify_all()
+                if conn is None or self._closed:  # a slot came free; or aclose waits for this one
+                    self._wake()
         return conn
 
     def _checkin(self, conn: sqlite3.Connection, *, healthy: bool) -> None:
@@ -645,9 +764,18 @@ class SQLiteVectorStore:
                 self._idle.append(conn)
             else:
                 self._readers.remove(conn)
-            self._pool.notify_all()
+            self._wake()
         if not healthy:
             conn.close()
+
+    def _wake(self) -> None:
+        """A connection (or a slot for one) came free: wake one waiting read, which takes it; once the
+        store is closing, wake every waiter (aclose waits for the last connection, and waiting reads must
+        see the store closed). Called holding ``_pool``."""
+        if self._closed:
+            self._pool.notify_all()
+        else:
+            self._pool.notify()
 
     # ------------------------------------------------------------------ snapshots
 
@@ -728,8 +856,17 @@ class SQLiteVectorStore:
             DimensionMismatchError: the width differs from the store's dimension, or the row count from
                 ``len(documents)``.
             InvalidParameterError: a vector holds NaN or infinity, an id repeats, or metadata is not JSON.
-            BackendError: SQLite failed; nothing was written.
+            ReadOnlyStoreError: the store is opened read-only (:attr:`read_only`); nothing was written.
+            BackendError: SQLite failed; nothing was written (with SQLite's own error: "database or disk
+                is full" when the disk filled).
+
+        Once the write has committed, the BM25 segments are merged when a level is full
+        (:mod:`fastrag.vector_store.sqlite.maintenance`), in transactions of their own. A failure there
+        does not fail the call, whose documents are stored: it is logged at ERROR on logger
+        ``fastrag.vector_store`` with SQLite's error, reported by :meth:`status`, and the merge is run
+        again by the next write.
         """
+        self._refuse_writes("upsert")
         docs = list(documents)
         if not docs:
             return
@@ -816,89 +953,29 @@ class SQLiteVectorStore:
             record_allocation(conn, rowids[-1] + 1)  # names this history for the ANN index file
             conn.execute(BUMP_SQL)
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            rollback(conn, exc)  # SQLite may have rolled back already (disk full): keep its error
             raise
         if matrix is not None and self.dimension is None:
             self.dimension = int(matrix.shape[1])
         self._maintain()
 
     def _maintain(self) -> None:
-        """After a write: merge BM25 segments (tiered, ``MERGE_FACTOR`` of one level into the next), and
-        compact everything when deleted rows outnumber live ones. Each step is a transaction of its own
-        that raises the generation, so readers pick up the new segment list; an interruption leaves the
-        state before that step, which is as correct (only less compact)."""
-        conn = self._conn
-        while True:
-            dead = conn.execute("SELECT count(*) FROM tombstones").fetchone()[0]
-            # count(*) of the documents scans them: only when enough rows died for it to matter
-            if dead > 1000 and dead > conn.execute("SELECT count(*) FROM documents").fetchone()[0]:
-                self._compact()
-                return
-            full = conn.execute(
-                "SELECT level FROM segments GROUP BY level HAVING count(*) >= ? ORDER BY level LIMIT 1",
-                (lexical.MERGE_FACTOR,),
-            ).fetchone()
-            if full is None:
-                return
-            level = full[0]
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                ids = [r[0] for r in conn.execute(
-                    "SELECT id FROM segments WHERE level = ? ORDER BY id LIMIT ?", (level, lexical.MERGE_FACTOR)
-                )]
-                if len(ids) == lexical.MERGE_FACTOR:  # another writer may have merged meanwhile
-                    lexical.merge_segments(conn, ids, level + 1, dead_mask(conn))
-                    conn.execute(BUMP_SQL)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-    def _compact(self) -> None:
-        """Rewrite every block and segment without the deleted rows, and forget the tombstones."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        """After a committed write: the BM25 merges and the compaction that are due
+        (:func:`fastrag.vector_store.sqlite.maintenance.maintain`). The write is committed whatever happens
+        here, so a failure (the disk filling during a merge) is not raised: it is recorded for
+        :meth:`status`, logged at ERROR with SQLite's own error, and the next write runs the due steps again."""
         try:
-            dead = dead_mask(conn)
-            blocks = [r[0] for r in conn.execute("SELECT id FROM blocks ORDER BY id")]
-            pending: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]] = []
-            dim = meta_int(conn, "dimension", 0)
-            for block_id in blocks:
-                rows_b, lengths_b, vectors_b, flags_b = conn.execute(
-                    "SELECT rows, lengths, vectors, has_vector FROM blocks WHERE id = ?", (block_id,)
-                ).fetchone()
-                rows = np.frombuffer(rows_b, dtype="<i4")
-                keep = ~dead[rows] if dead is not None else np.ones(len(rows), dtype=bool)
-                lengths = np.frombuffer(lengths_b, dtype="<i4")[keep]
-                if vectors_b is None:
-                    vectors, has = np.zeros((int(keep.sum()), dim), dtype=np.float32), np.zeros(int(keep.sum()), dtype=bool)
-                else:
-                    vectors = np.frombuffer(vectors_b, dtype="<f4").reshape(len(rows), -1)[keep]
-                    has = (np.ones(len(rows), dtype=bool) if flags_b is None else np.frombuffer(flags_b, dtype=np.uint8).astype(bool))[keep]
-                pending.append((rows[keep], lengths, vectors, has))
-            conn.execute("DELETE FROM blocks")
-            if pending:
-                rows = np.concatenate([p[0] for p in pending])
-                lengths = np.concatenate([p[1] for p in pending])
-                has = np.concatenate([p[3] for p in pending])
-                vectors = np.concatenate([p[2] for p in pending]) if dim else None
-                for start in range(0, len(rows), BLOCK_ROWS):
-                    part = slice(start, start + BLOCK_ROWS)
-                    conn.execute(
-                        "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
-                        snapshot.encode_block(rows[part], lengths[part], None if vectors is None else vectors[part], has[part]),
-                    )
-            segments = [r[0] for r in conn.execute("SELECT id FROM segments ORDER BY id")]
-            if segments:
-                top = conn.execute("SELECT max(level) FROM segments").fetchone()[0]
-                lexical.merge_segments(conn, segments, top + 1, dead)
-            conn.execute("DELETE FROM tombstones")
-            conn.execute(BUMP_SQL)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            maintenance.maintain(self._conn)
+        except Exception as exc:  # the write before it committed: never report it failed
+            self._maintenance.failed(exc)
+            logger.error(
+                "%s: the BM25 segment merge after a committed write failed (%s: %s); the write is stored, the "
+                "merge runs again at the next write (see status())",
+                self.path, type(exc).__name__, exc, exc_info=not isinstance(exc, sqlite3.Error),
+            )
+        else:
+            self._maintenance.succeeded()
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:
         """Delete documents in one transaction; return how many were removed.
@@ -911,7 +988,9 @@ class SQLiteVectorStore:
         Raises:
             InvalidParameterError: neither ``ids`` nor ``filter`` was given (use :meth:`clear`).
             FilterError: the filter is malformed.
+            ReadOnlyStoreError: the store is opened read-only (:attr:`read_only`).
         """
+        self._refuse_writes("delete")
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
         ids = id_list(ids)
@@ -919,7 +998,12 @@ class SQLiteVectorStore:
         return await self._run(self._delete_sync, ids, node, False)
 
     async def clear(self) -> int:
-        """Delete every document; return how many were removed."""
+        """Delete every document; return how many were removed.
+
+        Raises:
+            ReadOnlyStoreError: the store is opened read-only (:attr:`read_only`).
+        """
+        self._refuse_writes("clear")
         return await self._run(self._delete_sync, None, None, True)
 
     def _delete_sync(self, ids: list[str] | None, node: Filter | None, everything: bool) -> int:
@@ -940,8 +1024,8 @@ class SQLiteVectorStore:
                 delete_rows(conn, rowids)  # the trigger tombstones them
                 conn.execute(BUMP_SQL)
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            rollback(conn, exc)
             raise
         if rowids:
             self._maintain()
@@ -1100,6 +1184,34 @@ class SQLiteVectorStore:
         positions = np.flatnonzero(allowed)
         return ranked_rows(conn, scores[positions], snap.rowids[positions], k, rows=rows)
 
+    async def status(self) -> SQLiteStoreStatus:
+        """How the store is: read-write or read-only (and why), its size, and whether the maintenance that
+        follows writes (BM25 segment merges, compaction) is due or failed, with SQLite's own error.
+
+        A merge that failed after its write had committed (the disk filled, issue 26) shows here as
+        ``maintenance_error`` and ``maintenance_due``, until a later write runs it. ``maintenance_error``
+        is what this process saw; ``maintenance_due`` is read from the file, so it also shows a merge that
+        another process left undone.
+
+        Returns:
+            A :class:`~fastrag.vector_store.sqlite.maintenance.SQLiteStoreStatus`.
+
+        Raises:
+            BackendUnavailableError: the store is closed.
+            BackendError: SQLite failed.
+        """
+
+        def read(conn: sqlite3.Connection, snap: Snapshot) -> tuple[int, int, str | None]:
+            return snap.n_live, len(snap.segments), maintenance.due(conn)
+
+        documents, segments, due = await self._read(read)
+        error, failed_at, failures = self._maintenance.read()
+        return SQLiteStoreStatus(
+            path=self.path, access="read-write" if self._private else self._access.mode,
+            read_only_reason=self._access.reason, documents=documents, segments=segments, maintenance_due=due,
+            maintenance_error=error, maintenance_failed_at=failed_at, maintenance_failures=failures,
+        )
+
     async def build_vector_index(self) -> int:
         """Build (or bring up to date) the approximate index now, instead of in the first dense search.
 
@@ -1126,7 +1238,7 @@ class SQLiteVectorStore:
             if not len(snap.rowids) or not snap.matrix.shape[1]:
                 return 0
             index = keeper.current(conn, snap, save=False)
-            keeper.save()
+            keeper.save()  # nothing for a read-only store (the keeper never writes there)
             return len(index)
 
         return await self._read(build)

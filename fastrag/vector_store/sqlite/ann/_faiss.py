@@ -130,7 +130,7 @@ def _save_atomically(index: Any, lock: _ReadWriteLock, path: str | os.PathLike[s
     files.save_atomically(write, path, stamp=stamp)
 
 
-def _read_index(path: str | os.PathLike[str], *, mmap: bool) -> tuple[Any, str | None, IO[bytes] | None]:
+def read_index(path: str | os.PathLike[str], *, mmap: bool) -> tuple[Any, str | None, IO[bytes] | None]:
     """``(index, stamp, source)`` read from one file: the faiss index (its flat vectors memory-mapped when
     ``mmap``), the stamp saved with it, and, when ``mmap``, the open file the map views (so a later change
     reads the very file the map shows: a save by someone else replaces the name, not this inode); else

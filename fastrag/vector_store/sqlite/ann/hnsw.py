@@ -74,7 +74,7 @@ from fastrag.vector_store.sqlite.ann._faiss import (
     _best,
     _check_keys,
     _faiss,
-    _read_index,
+    read_index,
     _ReadWriteLock,
     _removal_keys,
     _save_atomically,
@@ -203,7 +203,7 @@ class HNSWIndex:
         faiss = _faiss()
         _check_ratio(exact_rows_per_candidate)
         try:
-            index, stamp, source = _read_index(path, mmap=mmap)
+            index, stamp, source = read_index(path, mmap=mmap)
         except (OSError, RuntimeError) as exc:
             raise BackendUnavailableError(f"cannot read the ANN index {os.fspath(path)!r}: {exc}") from exc
         if (  # read_index returns the most derived class already (and owns it: never re-wrap it)

@@ -58,13 +58,16 @@ class IndexKeeper:
         path: the index file, ``None`` for a store that keeps it in memory only (``":memory:"``).
         store: the store's path, for messages.
         store_id: the store's id, saved in the stamp and checked when the file is opened.
+        read_only: the store is read-only: a saved file is read (when it may be trusted), never written.
 
     Thread safety: :meth:`current` and :meth:`save` may be called from any thread; they take turns.
     """
 
-    def __init__(self, kind: str, *, path: str | None, store: str, store_id: str) -> None:
+    def __init__(self, kind: str, *, path: str | None, store: str, store_id: str, read_only: bool = False) -> None:
         self.kind = kind
         self.path = path
+        self.read_only = read_only
+        """A store opened read-only: its saved index is read, never written."""
         self._store = store
         self._store_id = store_id
         self._lock = threading.Lock()
@@ -133,7 +136,7 @@ class IndexKeeper:
             if index.dead_fraction > 0.3 or getattr(index, "untrained_fraction", 0.0) > 0.5:
                 index = rebuilt()
             self._index = index
-            if (save and self.path is not None and self._unsaved > SAVE_EVERY * len(index)
+            if (save and self.path is not None and not self.read_only and self._unsaved > SAVE_EVERY * len(index)
                     and self._unsaved >= self._retry_at):
                 try:
                     self._write()
@@ -154,7 +157,7 @@ class IndexKeeper:
                 use it).
         """
         with self._lock:
-            if self.path is not None and self._index is not None and self._unsaved:
+            if self.path is not None and not self.read_only and self._index is not None and self._unsaved:
                 self._write()
 
     def _write(self) -> None:

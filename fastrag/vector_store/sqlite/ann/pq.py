@@ -17,7 +17,7 @@ from fastrag.vector_store.sqlite.ann._faiss import (
     _best,
     _check_keys,
     _faiss,
-    _read_index,
+    read_index,
     _ReadWriteLock,
     _removal_keys,
     _save_atomically,
@@ -194,7 +194,7 @@ class PQFastScanIndex:
         check_k(candidate_k, "candidate_k")
         _check_share(exact_share)
         try:
-            index, stamp, _ = _read_index(path, mmap=False)
+            index, stamp, _ = read_index(path, mmap=False)
         except (OSError, RuntimeError) as exc:
             raise BackendUnavailableError(f"cannot read the ANN index {os.fspath(path)!r}: {exc}") from exc
         if (
