@@ -163,7 +163,7 @@ def normalise(
     opens exactly one parser section, so two consecutive sections with the same path are two headings; a
     heading whose body was empty (dropped by the parser) is recreated when a deeper path needs it.
     """
-    pairs = [(tuple(s.heading_path), s.text) if hasattr(s, "heading_path") else (tuple(s[0]), s[1]) for s in parsed]
+    pairs = [(tuple(s[0]), s[1]) if isinstance(s, tuple | list) else (tuple(s.heading_path), s.text) for s in parsed]
     # nodes: (heading_path, text, parsed_index, parent position)
     nodes: list[tuple[tuple[str, ...], str, int | None, int | None]] = []
     stack: list[int] = []  # open nodes; stack[d] has a heading path of length d + 1
