@@ -238,7 +238,7 @@ class KnowledgeBaseTool:
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k):
             raise InvalidParameterError(f"top_k must be None or an int in [1, max_top_k={max_top_k}], got {top_k!r}")
         max_offset = servable - 1
-        hidden = frozenset(_TOOL_HIDDEN_KEYS | knowledge_base._tenant_keys | set(scope))
+        hidden = frozenset(_TOOL_HIDDEN_KEYS | knowledge_base.tenant_keys | set(scope))
         declared = knowledge_base.fields
         offered = None if declared is None else {k: t for k, t in sorted(declared.items()) if k not in hidden}
         if description is None:
