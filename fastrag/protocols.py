@@ -162,7 +162,10 @@ class SupportsScopedStatistics(Protocol):
             whatever documents outside the scope the store holds.
 
         Raises:
-            As :meth:`LexicalStore.search_text`; FilterError also for a malformed ``scope``.
+            InvalidParameterError: ``k`` is not a positive int.
+            FilterError: ``filter`` or ``scope`` is malformed.
+            UnsupportedFilterError: the store cannot express one of them (raised before any query runs).
+            BackendError: the store failed.
         """
         ...
 

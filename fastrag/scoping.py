@@ -12,8 +12,9 @@ build one per call. Through the view:
 - **reads, counts and deletes** AND the scope's filter (``equals`` per key) into their filter, and
   results show the ids as written. As a second line of defence a result whose metadata is outside the
   scope, or whose stored id was not written under it, is removed and logged at ERROR (the knowledge base
-  shows no document that reached the store past its scoped writes; :class:`TenantScopedStore` still shows
-  plain-id documents that carry the tenant, as it always did);
+  shows no document that reached the store past its scoped writes;
+  :class:`~fastrag.vector_store.tenant.TenantScopedStore` shows plain-id documents that carry the tenant,
+  as it always did);
 - **keyword search** (BM25) scores with the scope's own statistics (document count ``N``, document
   frequencies, mean length) when the store offers
   :class:`~fastrag.protocols.SupportsScopedStatistics` (SQLite, PostgreSQL): a tenant's scores are those of
@@ -456,7 +457,16 @@ class ScopedStore:
             return None
         if isinstance(ids, str):
             raise InvalidParameterError("ids must be a sequence of strings, not one string")
-        return [self.scope.stored_id(i) for i in ids]
+        stored: list[str] = []
+        for doc_id in ids:
+            stored.append(self.scope.stored_id(doc_id))
+            if self.scope and split_scoped_id(doc_id) is not None:
+                # also the id a TenantScopedStore stored before ids like "k=v::x" were refused on write: it
+                # shows as "k=v::x" too, so get and delete find it under the id they show
+                literal = scoped_id(self.scope, doc_id)
+                if literal != stored[-1]:
+                    stored.append(literal)
+        return stored
 
     def confine(self, filter: FilterLike | Any | None) -> Any:  # noqa: A002
         """``filter`` AND the scope's filter (:meth:`Scope.confine`)."""

@@ -342,3 +342,55 @@ async def test_the_knowledge_base_and_tenant_store_are_the_one_scoped_view() -> 
         assert await view.delete(ids=["agent_id=a1::x"]) == 1
         assert await kb.count(user_id="alice") == 0
         assert "user_id" in kb.tenant_keys and "agent_id" in kb.tenant_keys
+
+
+# ---------------------------------------------------------------- engines that compute BM25 themselves
+
+
+async def test_on_real_milvus_the_shared_collection_is_the_channel_and_a_collection_per_tenant_closes_it(
+    milvus_server: str,
+) -> None:
+    """Milvus 2.5 (milvus-lite 2.5.1's native server) computes BM25 from its collection's statistics, which a
+    scoped view cannot narrow: alice's scores move when bob writes into the same collection (the channel
+    docs/reliability.md documents); in a collection of her own (``collection=``) they do not."""
+    pytest.importorskip("pymilvus", reason="the milvus extra is not installed")
+    from fastrag.vector_store.milvus import MilvusVectorStore
+
+    async def alice_scores(n_bob: int, *, own_collections: bool) -> list[tuple[Any, ...]]:
+        name = f"stats_{uuid.uuid4().hex[:12]}"
+        names = {"alice": f"{name}_a", "bob": f"{name}_b"} if own_collections else {"alice": name, "bob": name}
+        stores = {who: MilvusVectorStore(milvus_server, collection, enable_bm25=True, dimension=2)
+                  for who, collection in names.items()}  # fmt: skip
+        try:
+            for who, docs in (("alice", ALICE), ("bob", bob_documents(n_bob))):
+                if docs:
+                    await TenantScopedStore(stores[who], tenant=who).upsert(docs)
+            for store in stores.values():
+                await store.flush()
+            return fingerprint(await TenantScopedStore(stores["alice"], tenant="alice").search_text(QUERY, k=10))
+        finally:
+            for collection in set(names.values()):
+                await stores["alice"]._call("drop_collection", collection)
+            for store in stores.values():
+                await store.aclose()
+
+    shared = await alice_scores(0, own_collections=False), await alice_scores(20, own_collections=False)
+    assert shared[0] and [row[0] for row in shared[0]] == [row[0] for row in shared[1]]
+    assert shared[0] != shared[1]  # bob's documents moved alice's scores: the documented channel
+    own = await alice_scores(0, own_collections=True), await alice_scores(20, own_collections=True)
+    assert own[0] and own[0] == own[1]
+
+
+async def test_ids_a_tenant_store_wrote_before_scoped_looking_ids_were_refused_still_read_and_delete() -> None:
+    async with SQLiteVectorStore(":memory:") as shared:
+        # what TenantScopedStore(shared, tenant="alice") stored for the id "user_id=bob::x" before this release
+        await shared.upsert([Document(id="tenant_id=alice::user_id=bob::x", content="old solar note",
+                                      metadata={"tenant_id": "alice"})])  # fmt: skip
+        alice = TenantScopedStore(shared, tenant="alice")
+        with pytest.raises(ValueError, match="starts like a scoped id"):
+            await alice.upsert([Document(id="user_id=bob::y", content="new")])
+        assert [d.id for d in await alice.get()] == ["user_id=bob::x"]
+        assert [d.id for d in await alice.search_text("solar", k=5)] == ["user_id=bob::x"]
+        assert [d.content for d in await alice.get(ids=["user_id=bob::x"])] == ["old solar note"]
+        assert await alice.delete(ids=["user_id=bob::x"]) == 1
+        assert await shared.count() == 0

@@ -873,13 +873,21 @@ class PgVectorStore:
         index serves a tenant's ``equals``) and only their postings of the query terms, instead of the
         stats row and every posting of the terms (:func:`~fastrag.vector_store.postgres.queries.bm25_query`).
 
-        Args: as :meth:`search_text`, and ``scope``: a fastrag filter or a :class:`PgWhere`.
+        Args:
+            query: as :meth:`search_text`.
+            k: as :meth:`search_text`.
+            scope: a fastrag filter or a :class:`PgWhere`: the documents the statistics are counted over, and
+                the only ones returned.
+            filter: as :meth:`search_text`: narrows what is returned, not the statistics.
+            language: as :meth:`search_text`.
 
         Returns:
             As :meth:`search_text`. A document's score depends only on the documents matching ``scope``.
 
         Raises:
-            As :meth:`search_text`; FilterError also for a malformed ``scope``.
+            InvalidParameterError: as :meth:`search_text`.
+            FilterError: the filter or the scope is malformed; UnsupportedFilterError: one cannot be expressed.
+            BackendError: PostgreSQL failed.
         """
         return await self._search_text(query, k, filter, language, scope)
 

@@ -403,14 +403,17 @@ def scoped_lists(lists: Sequence[TermList], inside: np.ndarray, lengths: np.ndar
         their weights recomputed for the sub-collection's mean length, and its document count ``N``, to
         pass to :func:`bm25_top` with ``live=None``: ``df`` is then counted within it too.
     """
-    n_docs = int(np.count_nonzero(inside))
-    norms = length_norms(lengths, mean_length(float(lengths[inside].sum()), n_docs))
+    held = lengths[inside]
+    n_docs = len(held)
+    avgdl = mean_length(float(held.sum()), n_docs)
     out: list[TermList] = []
     for docs, tfs, _ in lists:
         keep = inside[docs]
         if keep.any():
             mine, freqs = docs[keep], tfs[keep]
-            out.append(TermList(mine, freqs, _weights(mine, freqs, norms)))
+            # the norms of these postings only (not of every rowid), so _weights reads them by position
+            norms = length_norms(lengths[mine], avgdl)
+            out.append(TermList(mine, freqs, _weights(np.arange(len(mine)), freqs, norms)))
     return out, n_docs
 
 

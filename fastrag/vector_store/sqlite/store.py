@@ -1029,13 +1029,21 @@ class SQLiteVectorStore:
         store's rows, as any filter), its mean length a sum over that mask; ``df`` is counted within it from
         the query terms' postings, so the cost over :meth:`search_text` is about one filter evaluation.
 
-        Args: as :meth:`search_text`, and ``scope``: a fastrag filter (a tenant's ``equals``).
+        Args:
+            query: as :meth:`search_text`.
+            k: as :meth:`search_text`.
+            scope: a fastrag filter (a tenant's ``equals``): the documents the statistics are counted over,
+                and the only ones returned.
+            filter: as :meth:`search_text`: narrows what is returned, not the statistics.
+            language: as :meth:`search_text`.
 
         Returns:
             As :meth:`search_text`. A document's score depends only on the documents matching ``scope``.
 
         Raises:
-            As :meth:`search_text`; FilterError also for a malformed ``scope``.
+            InvalidParameterError: as :meth:`search_text`.
+            FilterError: the filter or the scope is malformed.
+            BackendError: SQLite failed.
         """
         check_k(k)
         if not isinstance(query, str):
