@@ -156,8 +156,21 @@ async def test_statistics_store_restores_collection_wide_scores() -> None:
 
 
 async def test_a_store_without_scoped_statistics_is_named_once_at_warning(caplog: pytest.LogCaptureFixture) -> None:
-    class OtherStore(InMemoryStore):  # a store class of its own: the warning is once per class
-        pass
+    class OtherStore:  # BM25 over its whole collection, as an engine computing it itself: no scoped search
+        def __init__(self) -> None:
+            self.inner = InMemoryStore()
+
+        async def upsert(self, documents: Any, *, embeddings: Any = None) -> None:
+            await self.inner.upsert(documents, embeddings=embeddings)
+
+        async def search_text(self, query: str, *, k: int, filter: Any = None) -> list[Document]:  # noqa: A002
+            return await self.inner.search_text(query, k=k, filter=filter)
+
+        async def delete(self, *, ids: Any = None, filter: Any = None) -> int:  # noqa: A002
+            return await self.inner.delete(ids=ids, filter=filter)
+
+        async def count(self, *, filter: Any = None) -> int:  # noqa: A002
+            return await self.inner.count(filter=filter)
 
     assert not isinstance(OtherStore(), SupportsScopedStatistics)
     store = OtherStore()
