@@ -57,14 +57,12 @@ from fastrag.filters import (
     Comparison,
     Filter,
     FilterLike,
-    combine_filters,
     comparisons,
     is_native_filter,
     matches,
     parse_date,
     parse_filter,
 )
-from fastrag.filters import field as filter_field
 from fastrag.models import (
     BRANCHES,
     CHUNK_INDEX,
@@ -83,9 +81,10 @@ from fastrag.protocols import AsyncCloseable, Embedder, EmbedsText, SearchesText
 from fastrag.scoping import (
     MAX_SCOPE_INT,
     MIN_SCOPE_INT,
+    Scope,
+    ScopedStore,
     check_scope_value,
-    scoped_id,
-    split_scoped_id,
+    check_unscoped_id,
 )
 from fastrag.settings import (
     ALIASES,
@@ -224,10 +223,10 @@ class SearchResponse:
 # --------------------------------------------------------------------------------------------- scopes
 
 
-def _scope_of(user_id: Any, agent_id: Any, scope: Mapping[str, Any] | None) -> dict[str, str | int]:
-    """The tenant keys of one call, checked: identifiers that are not reserved keys, with values that are
-    non-empty str or signed 64-bit int (never bool or float); ``user_id``/``agent_id`` must agree with
-    ``scope`` in type and value."""
+def _scope_of(user_id: Any, agent_id: Any, scope: Mapping[str, Any] | None) -> Scope:
+    """The tenant keys of one call, checked (:class:`~fastrag.scoping.Scope`): identifiers that are not
+    reserved keys, with values that are non-empty str or signed 64-bit int (never bool or float);
+    ``user_id``/``agent_id`` must agree with ``scope`` in type and value."""
     merged: dict[str, Any] = {}
     if scope is not None:
         if not isinstance(scope, Mapping):
@@ -246,15 +245,10 @@ def _scope_of(user_id: Any, agent_id: Any, scope: Mapping[str, Any] | None) -> d
         if key in merged and (type(merged[key]) is not type(value) or merged[key] != value):
             raise InvalidParameterError(f"{key}={value!r} contradicts scope[{key!r}]={merged[key]!r}")
         merged[key] = value
-    return merged
+    return Scope(merged)
 
 
-def _check_id(doc_id: str) -> None:
-    if split_scoped_id(doc_id) is not None:
-        raise InvalidParameterError(
-            f"document id {doc_id!r} starts like a scoped id ('key=value::'); a knowledge base writes such ids "
-            "itself: pass the scope as user_id=, agent_id= or scope= instead"
-        )
+_check_id = check_unscoped_id  # a knowledge base never writes an id that looks scoped (fastrag.scoping)
 
 
 def _check_stamped_keys(doc: Document) -> None:
@@ -266,146 +260,7 @@ def _check_stamped_keys(doc: Document) -> None:
             )
 
 
-class _ScopedStore:
-    """One call's view of a store: writes stamped with the scope and stored under scope-qualified ids,
-    reads and deletes confined to documents carrying every scope key.
-
-    Writes are refused when a document carries a tenant key (``tenant_keys`` or a key of the scope) that
-    the scope does not set to the same value. Reads show only documents whose stored id carries the scope
-    (a second line of defence against documents that reached the store some other way).
-
-    A stored id is ``"<k1>=<v1>&<k2>=<v2>::<id>"`` (keys sorted, string values percent-encoded, integers as
-    ``<k>#<n>``), so two scopes never share a stored id, even when their values are equal (``user_id=alice``
-    and ``agent_id=alice``). An unscoped write keeps the plain id. A read shows the id less the segments
-    the read's own scope fixes: ``"x"`` to the scope that wrote it, ``"agent_id=a1::x"`` to the wider
-    ``user_id`` scope, so distinct documents never show the same id.
-    """
-
-    def __init__(
-        self, store: Any, scope: Mapping[str, str | int], *, tenant_keys: frozenset[str] = frozenset()
-    ) -> None:
-        self.store = store
-        self.scope = dict(scope)
-        self.tenant_keys = tenant_keys | set(self.scope)
-        self._filter: Filter | None = combine_filters(*[filter_field(k) == v for k, v in sorted(self.scope.items())])
-
-    # ids
-    def stored_id(self, doc_id: str) -> str:
-        if not isinstance(doc_id, str) or not doc_id:
-            raise InvalidParameterError(f"ids must be non-empty strings, got {doc_id!r}")
-        if not self.scope:
-            return doc_id
-        split = split_scoped_id(doc_id)
-        if split:  # an id this view showed for a narrower scope: "agent_id=a1::x"
-            extra, rest = split
-            if any(k in self.scope and self.scope[k] != v for k, v in extra.items()):
-                return doc_id  # names another tenant: matches nothing under this view's filter
-            return scoped_id({**extra, **self.scope}, rest)
-        return scoped_id(self.scope, doc_id)
-
-    def _stored_ids(self, ids: Sequence[str] | None) -> list[str] | None:
-        if ids is None:
-            return None
-        if isinstance(ids, str):
-            raise InvalidParameterError("ids must be a sequence of strings, not one string")
-        return [self.stored_id(i) for i in ids]
-
-    def visible(self, doc: Document) -> Document:
-        if not self.scope:
-            return doc
-        split = split_scoped_id(doc.id)
-        if not split:
-            return doc
-        rest = {k: v for k, v in split[0].items() if k not in self.scope}
-        doc_id = split[1] if not rest else scoped_id(rest, split[1])
-        return Document(id=doc_id, content=doc.content, metadata=doc.metadata)
-
-    def owns(self, stored_id: str) -> bool:
-        """Whether a scoped write of this scope (or a narrower one) stored this id."""
-        if not self.scope:
-            return True
-        split = split_scoped_id(stored_id)
-        if not split:
-            return False
-        written = split[0]
-        return all(k in written and type(written[k]) is type(v) and written[k] == v for k, v in self.scope.items())
-
-    def shown(self, found: list[Document]) -> list[Document]:
-        kept = [self.visible(doc) for doc in found if self.owns(doc.id)]
-        if len(kept) != len(found):
-            logger.error("tenant isolation: %d document(s) not written under the scope were removed",
-                         len(found) - len(kept))  # fmt: skip
-        return kept
-
-    def check_documents(self, documents: Sequence[Document]) -> None:
-        """Refuse documents with a scoped-looking id, a stage-stamped key, or a tenant key the scope does not set."""
-        for doc in documents:
-            _check_id(doc.id)
-            _check_stamped_keys(doc)
-            for key in sorted(self.tenant_keys):
-                if key not in doc.metadata:
-                    continue
-                current = doc.metadata[key]
-                if key not in self.scope:
-                    raise InvalidParameterError(
-                        f"document {doc.id!r} has tenant key {key}={current!r} in its metadata, which this call's "
-                        f"scope does not set: pass the tenant as {key}= or scope={{{key!r}: ...}} instead of in "
-                        "the metadata (tenant keys are stamped by the scope, never taken from a document)"
-                    )
-                value = self.scope[key]
-                if type(current) is not type(value) or current != value:
-                    raise InvalidParameterError(
-                        f"document {doc.id!r} has {key}={current!r}; this call writes {key}={value!r}"
-                    )
-
-    def confine(self, filter: Any) -> Any:
-        return combine_filters(self._filter, filter)
-
-    # writes
-    async def upsert(self, documents: Sequence[Document], *, embeddings: Any = None) -> None:
-        self.check_documents(documents)
-        stamped = []
-        for doc in documents:
-            if self.scope:
-                doc = Document(id=self.stored_id(doc.id), content=doc.content, metadata={**doc.metadata, **self.scope})
-            stamped.append(doc)
-        await self.store.upsert(stamped, embeddings=embeddings)
-
-    async def delete(self, *, ids: Sequence[str] | None = None, filter: Any = None) -> int:
-        if ids is None and filter is None:
-            raise InvalidParameterError("delete needs ids or a filter")
-        return await self.store.delete(ids=self._stored_ids(ids), filter=self.confine(filter))
-
-    # reads
-    async def count(self, *, filter: Any = None) -> int:
-        return await self.store.count(filter=self.confine(filter))
-
-    async def search_vector(self, embedding: Any, *, k: int, filter: Any = None) -> list[Document]:
-        found = await self.store.search_vector(embedding, k=k, filter=self.confine(filter))
-        return self.shown(found)
-
-    def __getattr__(self, name: str) -> Any:
-        # optional capabilities exist exactly when the store has them (so protocol checks answer for it)
-        if name == "search_text" and hasattr(self.store, "search_text"):
-            return self._search_text
-        if name == "get" and hasattr(self.store, "get"):
-            return self._get
-        if name in ("dimension", "embedding_model"):
-            return getattr(self.store, name)
-        if name in ("languages", "analyzer", "accepts_language") and hasattr(self.store, name):
-            return getattr(self.store, name)  # the languages analysed in, for a question's language=auto
-        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
-
-    async def _search_text(self, query: str, *, k: int, filter: Any = None, **options: Any) -> list[Document]:
-        found = await self.store.search_text(query, k=k, filter=self.confine(filter), **options)
-        return self.shown(found)
-
-    async def _get(self, *, ids: Sequence[str] | None = None, filter: Any = None, limit: int | None = None) -> list[Document]:
-        found = await self.store.get(ids=self._stored_ids(ids), filter=self.confine(filter), limit=limit)
-        return self.shown(found)
-
-    def __repr__(self) -> str:
-        return f"_ScopedStore({self.store!r}, scope={self.scope!r})"
+_ScopedStore = ScopedStore  # one call's view of a store: fastrag.scoping's one scoped view
 
 
 # --------------------------------------------------------------------------------------------- fields
@@ -817,12 +672,22 @@ class KnowledgeBase:
         """The declared fields with the built-in ones (``"tenant"``: a str or an int), or ``None``."""
         return None if self._fields is None else MappingProxyType(self._fields)
 
+    @property
+    def tenant_keys(self) -> frozenset[str]:
+        """The metadata keys that hold tenants, as of now: ``user_id``, ``agent_id``, the fields declared
+        ``"tenant"``, and every key this object has been given in a ``scope`` so far. Writes refuse
+        documents carrying one their scope does not set; a tool bound to a scope hides them all."""
+        return frozenset(self._tenant_keys)
+
     def _separate_lexical(self) -> bool:
         return self._lexical is not None and self._lexical is not self._store
 
     def _views(
-        self, user_id: Any, agent_id: Any, scope: Any, *, filter: Any = None
-    ) -> tuple[_ScopedStore, _ScopedStore | None]:
+        self, user_id: Any, agent_id: Any, scope: Any, *, filter: Any = None  # noqa: A002
+    ) -> tuple[ScopedStore, ScopedStore | None]:
+        """The call's views of the vector store and of the separate BM25 store (``None`` when there is
+        none): :class:`~fastrag.scoping.ScopedStore` confined to the call's scope (none: unconfined, writes
+        still checked for tenant keys), BM25 with the scope's own statistics where the store can."""
         tenant = _scope_of(user_id, agent_id, scope)
         if self.require_scope and not tenant:
             raise InvalidParameterError("this knowledge base requires a scope: pass user_id=, agent_id= or scope=")
@@ -834,8 +699,10 @@ class KnowledgeBase:
             )
         self._tenant_keys.update(tenant)
         keys = frozenset(self._tenant_keys)
-        vector = _ScopedStore(self._store, tenant, tenant_keys=keys)
-        lexical = _ScopedStore(self._lexical, tenant, tenant_keys=keys) if self._separate_lexical() else None
+        vector = ScopedStore(self._store, tenant, tenant_keys=keys, check_document=_check_stamped_keys)
+        lexical = None
+        if self._separate_lexical():
+            lexical = ScopedStore(self._lexical, tenant, tenant_keys=keys, check_document=_check_stamped_keys)
         return vector, lexical
 
     def _filter(self, filter: FilterLike | Any | None) -> Any:

@@ -43,6 +43,7 @@ __all__ = [
     "SupportsGet",
     "SupportsLanguageConfidence",
     "SupportsLanguages",
+    "SupportsScopedStatistics",
     "VectorStore",
 ]
 
@@ -144,6 +145,39 @@ class LexicalStore(Protocol):
 
     async def count(self, *, filter: FilterLike | None = None) -> int:
         """How many documents the store holds (matching ``filter`` when given)."""
+        ...
+
+
+@runtime_checkable
+class SupportsScopedStatistics(Protocol):
+    """Optional :class:`LexicalStore` capability: BM25 whose statistics are a scope's own (a tenant's).
+
+    A scoped view (:class:`~fastrag.scoping.ScopedStore`, so the knowledge base's ``user_id=`` and
+    :class:`~fastrag.vector_store.tenant.TenantScopedStore`) searches through it, so that a tenant's
+    keyword scores do not depend on, and do not reveal, what other tenants hold. The SQLite and PostgreSQL
+    stores offer it; an engine that computes BM25 from its whole collection cannot.
+    """
+
+    async def search_text_scoped(
+        self, query: str, *, k: int, scope: FilterLike | None, filter: FilterLike | None = None
+    ) -> list[Document]:
+        """The ``k`` best BM25 matches for ``query`` among documents matching both ``scope`` and ``filter``,
+        scored as if the store held only the documents matching ``scope``: the document count ``N``, the
+        document frequencies and the mean document length are counted over them. ``scope=None`` is the
+        whole store (:meth:`LexicalStore.search_text`). ``filter`` narrows what is returned, never the
+        statistics.
+
+        Returns:
+            As :meth:`LexicalStore.search_text`: copies best first, stamped with ``score`` (BM25: unbounded,
+            > 0, higher is better) and zero-based ``rank``. The scores of a scope's documents are the same
+            whatever documents outside the scope the store holds.
+
+        Raises:
+            InvalidParameterError: ``k`` is not a positive int.
+            FilterError: ``filter`` or ``scope`` is malformed.
+            UnsupportedFilterError: the store cannot express one of them (raised before any query runs).
+            BackendError: the store failed.
+        """
         ...
 
 

@@ -15,7 +15,7 @@ What is retried, and what never is:
   malformed or unsupported filters, dimension mismatches; HTTP 4xx other than 429) and any other
   :class:`~fastrag.errors.BackendError` are raised at once.
 - Only idempotent calls. :class:`RetryingStore` retries the reads (``search_vector``, ``search_text``,
-  ``count``, ``get``); it retries ``upsert`` only when the wrapped store declares
+  ``search_text_scoped``, ``count``, ``get``); it retries ``upsert`` only when the wrapped store declares
   ``idempotent_upsert = True`` (its upsert replaces by id, so sending a batch twice leaves the same state),
   and never ``delete`` (a retried delete that had taken effect would report 0 removed).
 
@@ -55,7 +55,7 @@ logger = logging.getLogger("fastrag.retry")
 P = ParamSpec("P")
 T = TypeVar("T")
 
-IDEMPOTENT_READS = frozenset({"search_vector", "search_text", "count", "get"})
+IDEMPOTENT_READS = frozenset({"search_vector", "search_text", "search_text_scoped", "count", "get"})
 """The store methods :class:`RetryingStore` always retries."""
 
 
@@ -165,7 +165,7 @@ class RetryPolicy:
 class RetryingStore:
     """Wraps a store so that its idempotent calls are retried under a :class:`RetryPolicy`.
 
-    ``search_vector``, ``search_text``, ``count`` and ``get`` are retried; ``upsert`` only when the store
+    ``search_vector``, ``search_text``, ``search_text_scoped``, ``count`` and ``get`` are retried; ``upsert`` only when the store
     sets ``idempotent_upsert = True``; ``delete`` and everything else pass through unchanged. The wrapper
     has exactly the methods of the wrapped store, so protocol checks (``isinstance(s, SupportsGet)``)
     answer for the store. Closing the wrapper closes the store.

@@ -10,12 +10,13 @@ from fastrag.analysis import language_code
 from fastrag.errors import ConfigurationError, InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
-from fastrag.protocols import LanguageDetector, LexicalStore, SearchesText, SupportsQueryLanguage
+from fastrag.protocols import LanguageDetector, LexicalStore, SearchesText, SupportsQueryLanguage, SupportsScopedStatistics
 from fastrag.retrieval._validation import check_k, check_query
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval.result import ReturnsResult
 from fastrag.retrieval.thresholds import check_min_score, keep_above
+from fastrag.scoping import ScopedStore, statistics_scope, warn_collection_statistics
 
 __all__ = ["BM25Retriever"]
 
@@ -37,7 +38,9 @@ class BM25Retriever(ReturnsResult):
             ``k``, so fewer may come back. ``None`` (default): no threshold. See
             :mod:`fastrag.retrieval.thresholds`.
 
-    Scores are BM25: unbounded, higher is better, comparable only within one query.
+    Scores are BM25: unbounded, higher is better, comparable only within one query. Under a
+    :class:`~fastrag.retrieval.TenantScopedRetriever` the statistics are the tenant's own where the store
+    offers :class:`~fastrag.protocols.SupportsScopedStatistics` (:func:`fastrag.scoping.statistics_scope`).
 
     Raises:
         ConfigurationError: (when built) ``store`` has no BM25 (no ``search_text``: a dense-only store such
@@ -110,10 +113,14 @@ class BM25Retriever(ReturnsResult):
         language = self.language
         if language is None and self.detector is not None:
             language = await anyio.to_thread.run_sync(self.detector.detect, query)
-        if language is None:
-            found = await self.store.search_text(query, k=offset + k, filter=node)
+        options = {} if language is None else {"language": language}
+        scope = statistics_scope()  # set by a TenantScopedRetriever above: score with the tenant's statistics
+        if scope is not None and isinstance(self.store, SupportsScopedStatistics):
+            found = await self.store.search_text_scoped(query, k=offset + k, scope=scope, filter=node, **options)
         else:
-            found = await self.store.search_text(query, k=offset + k, filter=node, language=language)  # type: ignore[call-arg]
+            if scope is not None and not isinstance(self.store, ScopedStore):  # a view scores with its own scope
+                warn_collection_statistics(self.store)
+            found = await self.store.search_text(query, k=offset + k, filter=node, **options)
         if self.min_score is not None:
             found = keep_above(found, self.min_score)
         return found[offset:] if offset else found

@@ -22,7 +22,7 @@ from typing import Any, Self
 import numpy as np
 
 from fastrag.errors import DimensionMismatchError, InvalidParameterError
-from fastrag.filters import FilterLike, matches, parse_filter
+from fastrag.filters import FilterLike, combine_filters, matches, parse_filter
 from fastrag.models import Document
 from fastrag.vector_store._ranking import best_first
 
@@ -41,7 +41,8 @@ def _check_k(k: int) -> None:
 
 
 class InMemoryStore:
-    """A dict-backed store implementing ``VectorStore``, ``LexicalStore`` and ``SupportsGet``.
+    """A dict-backed store implementing ``VectorStore``, ``LexicalStore``, ``SupportsGet`` and
+    ``SupportsScopedStatistics``.
 
     Documents live in a dict ``id -> (Document, vector or None)``. ``search_vector`` is exact cosine
     similarity (in [-1, 1], higher is better) over the documents that were written with a vector;
@@ -152,6 +153,19 @@ class InMemoryStore:
                 density = sum(token in terms for token in tokens) / len(tokens)
                 scored.append((overlap + density / 2, doc_id))
         return best_first([(score, self._items[doc_id][0]) for score, doc_id in scored], k)
+
+    async def search_text_scoped(
+        self, query: str, *, k: int, scope: FilterLike | None, filter: FilterLike | None = None  # noqa: A002
+    ) -> list[Document]:
+        """:meth:`search_text` among the documents matching ``scope`` and ``filter``. Its term-overlap
+        score uses no collection statistics, so it is a scope's own already
+        (:class:`~fastrag.protocols.SupportsScopedStatistics`).
+
+        Raises:
+            InvalidParameterError: ``k`` is not positive.
+            FilterError: the filter or the scope is malformed.
+        """
+        return await self.search_text(query, k=k, filter=combine_filters(scope, filter))
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | None = None) -> int:
         """Delete the documents with these ``ids`` that match ``filter`` (either may be omitted).

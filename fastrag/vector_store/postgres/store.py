@@ -20,7 +20,10 @@ Design:
   b = 0.75; ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``; Robertson & Zaragoza 2009): the postings
   table holds each document's analysed terms and frequencies (fastrag's
   :class:`~fastrag.analysis.Analyzer`, the same analysis as the SQLite store, per document language), the
-  stats row holds ``N`` and the sum of lengths, both kept by every write in its transaction.
+  stats row holds ``N`` and the sum of lengths, both kept by every write in its transaction. A scoped
+  search (:meth:`PgVectorStore.search_text_scoped`, :class:`~fastrag.protocols.SupportsScopedStatistics`)
+  counts ``N``, ``df`` and the mean length over the scope's documents instead, so a tenant's scores do not
+  depend on other tenants' documents.
   PostgreSQL's own ``tsvector``/``ts_rank_cd`` was measured and rejected: it is not BM25 (no IDF) and
   scores SciFact lower (``benchmarks/postgres_fulltext.py``, ``docs/backends/postgres.md``).
 - **Writes** are one transaction each: an interrupted upsert or delete leaves the previous state.
@@ -786,12 +789,53 @@ class PgVectorStore:
             FilterError: the filter is malformed; UnsupportedFilterError: it cannot be expressed.
             BackendError: PostgreSQL failed.
         """
+        return await self._search_text(query, k, filter, language, None)
+
+    async def search_text_scoped(
+        self,
+        query: str,
+        *,
+        k: int,
+        scope: FilterLike | PgWhere | None,
+        filter: FilterLike | PgWhere | None = None,  # noqa: A002
+        language: str | None = None,
+    ) -> list[Document]:
+        """BM25 search among the documents matching ``scope`` (and ``filter``), scored as if the table held
+        only the documents matching ``scope``: ``N``, the document frequencies and ``avgdl`` are counted
+        over them in the statement (:class:`~fastrag.protocols.SupportsScopedStatistics`; the tenant's own
+        statistics, which :class:`~fastrag.scoping.ScopedStore` asks for). ``scope=None``:
+        :meth:`search_text`.
+
+        The statement reads the scope's documents (``scope`` translated like any filter: the metadata GIN
+        index serves a tenant's ``equals``) and only their postings of the query terms, instead of the
+        stats row and every posting of the terms (:func:`~fastrag.vector_store.postgres.queries.bm25_query`).
+
+        Args:
+            query: as :meth:`search_text`.
+            k: as :meth:`search_text`.
+            scope: a fastrag filter or a :class:`PgWhere`: the documents the statistics are counted over, and
+                the only ones returned.
+            filter: as :meth:`search_text`: narrows what is returned, not the statistics.
+            language: as :meth:`search_text`.
+
+        Returns:
+            As :meth:`search_text`. A document's score depends only on the documents matching ``scope``.
+
+        Raises:
+            InvalidParameterError: as :meth:`search_text`.
+            FilterError: the filter or the scope is malformed; UnsupportedFilterError: one cannot be expressed.
+            BackendError: PostgreSQL failed.
+        """
+        return await self._search_text(query, k, filter, language, scope)
+
+    async def _search_text(self, query: str, k: int, filter: Any, language: str | None, scope: Any) -> list[Document]:  # noqa: A002
         check_k(k)
         if not isinstance(query, str):
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         if language is not None and not isinstance(language, str):
             raise InvalidParameterError(f"language must be None or a language code, got {language!r}")
         where, params = self._where(filter)
+        within, within_params = (None, []) if scope is None else self._where(scope)
         if language is not None:
             analyzers = [self.analyzer.for_language(language)]
         else:  # each language the documents were analysed in, never English only against others (as SQLite)
@@ -804,18 +848,18 @@ class PgVectorStore:
         if not terms:
             await self._ready()
             return []
-        select = self._bm25_sql(where)
+        select = self._bm25_sql(where, scope=within)
 
         async def search(conn: Any) -> list[Any]:
-            return await (await conn.execute(select, [terms, *params, k])).fetchall()
+            return await (await conn.execute(select, [*within_params, terms, *params, k])).fetchall()
 
         rows = await self._run("search_text", search, transaction=False)
         return [_row_document(i, c, m).ranked(score=float(s), rank=r)
                 for r, (i, c, m, s) in enumerate(rows)]
 
-    def _bm25_sql(self, where: Any) -> Any:
-        """The BM25 statement (parameters ``[terms, *where's, k]``); see :func:`~.queries.bm25_query`."""
-        return bm25_query(self._names, where, k1=BM25_K1, b=BM25_B)
+    def _bm25_sql(self, where: Any, *, scope: Any = None) -> Any:
+        """The BM25 statement (parameters ``[*scope's, terms, *where's, k]``); see :func:`~.queries.bm25_query`."""
+        return bm25_query(self._names, where, k1=BM25_K1, b=BM25_B, scope=scope)
 
     def _knn_sql(self, where: Any) -> Any:
         """The k-NN statement (parameters ``[vector, *where's, vector, limit]``); see :func:`~.queries.knn_query`."""

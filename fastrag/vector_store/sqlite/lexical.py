@@ -21,7 +21,9 @@ until a merge removes them.
 Scoring is Lucene's BM25 (``BM25Similarity``; Robertson & Zaragoza 2009):
 ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` and
 ``score(d) = sum_t idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))``, with ``N``, ``df``
-and ``avgdl`` counted over the live documents, exactly as when every posting was one row.
+and ``avgdl`` counted over the live documents, exactly as when every posting was one row; or, for a scoped
+search (:meth:`~fastrag.vector_store.sqlite.SQLiteVectorStore.search_text_scoped`), over the live documents
+of the scope (:func:`scoped_lists`), so a tenant's scores are those of a store holding only its documents.
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ __all__ = [
     "bm25_top",
     "decode",
     "insert_segment",
+    "length_norms",
+    "mean_length",
     "merge_segments",
+    "scoped_lists",
     "write_segment",
 ]
 
@@ -372,6 +377,44 @@ def _joined(current: TermList | None, pieces: list[tuple[np.ndarray, np.ndarray]
             order = np.argsort(docs, kind="stable")
             docs, tfs = docs[order], tfs[order]
     return TermList(docs, tfs, _weights(docs, tfs, norms))
+
+
+def mean_length(total_length: float, n_docs: int) -> float:
+    """BM25's ``avgdl``: the mean analysed length of ``n_docs`` documents whose lengths sum to
+    ``total_length``; 1.0 when there are none or all are empty (no posting is then scored)."""
+    return total_length / n_docs if n_docs and total_length > 0 else 1.0
+
+
+def length_norms(lengths: np.ndarray, avgdl: float) -> np.ndarray:
+    """BM25's ``k1 * (1 - b + b * |d| / avgdl)`` for each length in ``lengths`` (float64)."""
+    return BM25_K1 * (1.0 - BM25_B + (BM25_B / avgdl) * lengths)
+
+
+def scoped_lists(lists: Sequence[TermList], inside: np.ndarray, lengths: np.ndarray) -> tuple[list[TermList], int]:
+    """The statistics inputs of a BM25 search over a sub-collection (a tenant's documents).
+
+    Args:
+        lists: the query terms' postings over the whole store (:meth:`PostingsCache.lists`).
+        inside: bool by rowid: the live documents of the sub-collection.
+        lengths: BM25 document lengths by rowid.
+
+    Returns:
+        ``(lists, n_docs)``: each term's postings restricted to ``inside`` (terms with none left dropped),
+        their weights recomputed for the sub-collection's mean length, and its document count ``N``, to
+        pass to :func:`bm25_top` with ``live=None``: ``df`` is then counted within it too.
+    """
+    held = lengths[inside]
+    n_docs = len(held)
+    avgdl = mean_length(float(held.sum()), n_docs)
+    out: list[TermList] = []
+    for docs, tfs, _ in lists:
+        keep = inside[docs]
+        if keep.any():
+            mine, freqs = docs[keep], tfs[keep]
+            # the norms of these postings only (not of every rowid), so _weights reads them by position
+            norms = length_norms(lengths[mine], avgdl)
+            out.append(TermList(mine, freqs, _weights(np.arange(len(mine)), freqs, norms)))
+    return out, n_docs
 
 
 def _weights(docs: np.ndarray, tfs: np.ndarray, norms: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fastrag.vector_store.sqlite.lexical import BM25_B, BM25_K1
+from fastrag.vector_store.sqlite.lexical import length_norms, mean_length
 
 __all__ = ["BLOCKS_SCHEMA", "Arena", "Snapshot", "encode_block"]
 
@@ -136,7 +136,7 @@ class Snapshot:
 
     @property
     def avgdl(self) -> float:
-        return self.total_length / self.n_live if self.n_live and self.total_length > 0 else 1.0
+        return mean_length(self.total_length, self.n_live)
 
     def _derived(self, name: str, make) -> np.ndarray:  # noqa: ANN001
         got = self._lazy.get(name)
@@ -152,7 +152,7 @@ class Snapshot:
     @property
     def norms(self) -> np.ndarray:
         """``(size,)`` float64: BM25's ``k1 * (1 - b + b * |d| / avgdl)`` per rowid."""
-        return self._derived("norms", lambda: BM25_K1 * (1.0 - BM25_B + (BM25_B / self.avgdl) * self.lengths))
+        return self._derived("norms", lambda: length_norms(self.lengths, self.avgdl))
 
     @property
     def all_searchable(self) -> bool:

@@ -1120,6 +1120,49 @@ class SQLiteVectorStore:
         # other branch of a hybrid can start meanwhile
         return await self._read(self._search_text_sync, language, query, k, node, not rows_deferred(self))
 
+    async def search_text_scoped(
+        self,
+        query: str,
+        *,
+        k: int,
+        scope: FilterLike | None,
+        filter: FilterLike | None = None,  # noqa: A002
+        language: str | None = None,
+    ) -> list[Document]:
+        """BM25 search among the documents matching ``scope`` (and ``filter``), scored as if the store held
+        only the documents matching ``scope``: ``N``, the document frequencies and ``avgdl`` are counted
+        over them (:class:`~fastrag.protocols.SupportsScopedStatistics`; the tenant's own statistics, which
+        :class:`~fastrag.scoping.ScopedStore` asks for). ``scope=None``: :meth:`search_text`.
+
+        The scope's documents are a mask of the in-memory metadata columns (one vectorised pass over the
+        store's rows, as any filter), its mean length a sum over that mask; ``df`` is counted within it from
+        the query terms' postings, so the cost over :meth:`search_text` is about one filter evaluation.
+
+        Args:
+            query: as :meth:`search_text`.
+            k: as :meth:`search_text`.
+            scope: a fastrag filter (a tenant's ``equals``): the documents the statistics are counted over,
+                and the only ones returned.
+            filter: as :meth:`search_text`: narrows what is returned, not the statistics.
+            language: as :meth:`search_text`.
+
+        Returns:
+            As :meth:`search_text`. A document's score depends only on the documents matching ``scope``.
+
+        Raises:
+            InvalidParameterError: as :meth:`search_text`.
+            FilterError: the filter or the scope is malformed.
+            BackendError: SQLite failed.
+        """
+        check_k(k)
+        if not isinstance(query, str):
+            raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
+        if language is not None and language_code(language) is None:
+            raise InvalidParameterError(f"language must be None or a registered language code such as 'de', got {language!r}")
+        node = parse_filter(filter)
+        within = parse_filter(scope)
+        return await self._read(self._search_text_sync, language, query, k, node, not rows_deferred(self), within)
+
     def _search_text_sync(
         self,
         conn: sqlite3.Connection,
@@ -1129,16 +1172,23 @@ class SQLiteVectorStore:
         k: int,
         node: Filter | None,
         rows: bool = True,
+        scope: Filter | None = None,
     ) -> list[Document]:
         terms = sorted({t for a in self._query_analyzers(conn, language) for t in a.analyze(query, for_query=True)})
         if not terms or not snap.segments or not snap.n_live:
             return []
         lists = self._postings.lists(conn, snap.segments, terms, snap.norms, snap.avgdl)
+        live, n_docs = (None if snap.all_live else snap.live), snap.n_live
+        if scope is not None:  # the scope's own N, df and avgdl (issue 26.1: no statistics across tenants)
+            lists, n_docs = lexical.scoped_lists(lists, self._mask(conn, snap, scope), snap.lengths)
+            live = None  # the lists hold the scope's live documents only
+            if not n_docs:
+                return []
         candidates, scores = lexical.bm25_top(
             lists,
-            live=None if snap.all_live else snap.live,
+            live=live,
             allowed=None if node is None else self._mask(conn, snap, node),
-            n_docs=snap.n_live,
+            n_docs=n_docs,
             size=snap.size,
             k=k,
         )
