@@ -18,11 +18,14 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")  # Haystack's opt-o
 for _module, _extra in (("langchain_core", "langchain"), ("llama_index.core", "llama-index"), ("haystack", "haystack")):
     pytest.importorskip(_module, reason=f'the {_extra} extra is not installed (pip install "fastrag-retrieval[{_extra}]")')
 
-from test_entrance_congruence import CELLS, QUERY, _kb, _knowledge_base, _split, index  # noqa: E402, F401
+import test_entrance_congruence as congruence
+from test_entrance_congruence import CELLS, QUERY, _kb, _knowledge_base, _split
 
-from fastrag.integrations.haystack import HaystackRetriever  # noqa: E402
-from fastrag.integrations.langchain import LangChainRetriever  # noqa: E402
-from fastrag.integrations.llama_index import LlamaIndexRetriever  # noqa: E402
+from fastrag.integrations.haystack import HaystackRetriever
+from fastrag.integrations.langchain import LangChainRetriever
+from fastrag.integrations.llama_index import LlamaIndexRetriever
+
+index = congruence.index  # the same module-scoped fixture: the index, for both embedders
 
 pytestmark = pytest.mark.anyio
 

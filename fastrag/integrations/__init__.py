@@ -17,7 +17,7 @@ composes retrievers of its own.
   adapters' sync entry points (no extra).
 
 ``pip install "fastrag-retrieval[integrations]"`` installs all three frameworks. Importing this package (or
-:mod:`fastrag`) loads none of them; importing an adapter whose framework is missing raises ``ImportError``
+``import fastrag``) loads none of them; importing an adapter whose framework is missing raises ``ImportError``
 with the ``pip install`` line to run.
 
 Every adapter is async natively (its framework's async entry point awaits the search on the caller's event

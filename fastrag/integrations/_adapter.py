@@ -79,13 +79,11 @@ def plain_metadata(doc: Document) -> dict[str, Any]:
     return plain_value(doc.metadata)
 
 
-def missing_framework(module: str, framework: str, extra: str, exc: ImportError) -> ImportError:
-    """The ``ImportError`` an adapter module raises when its framework is not installed (or fails to import)."""
-    error = ImportError(
-        f'{module} needs {framework}: pip install "fastrag-retrieval[{extra}]" ({type(exc).__name__}: {exc})',
-        name=getattr(exc, "name", None),
-    )
-    return error
+def missing_framework(module: str, framework: str, install: str, exc: ImportError) -> ImportError:
+    """The ``ImportError`` an adapter module raises when its framework is not installed (or fails to import);
+    ``install`` is the ``pip install`` line to run."""
+    return ImportError(f"{module} needs {framework}: {install} ({type(exc).__name__}: {exc})",
+                       name=getattr(exc, "name", None))  # fmt: skip
 
 
 def refuse_filter_object(filter: Any, framework: str) -> None:

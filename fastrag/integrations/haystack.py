@@ -90,7 +90,7 @@ try:
     from haystack.document_stores.types.filter_policy import apply_filter_policy
     from haystack.errors import FilterError as HaystackError
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise _adapter.missing_framework(__name__, "Haystack (haystack-ai)", "haystack", exc) from exc
+    raise _adapter.missing_framework(__name__, "Haystack (haystack-ai)", 'pip install "fastrag-retrieval[haystack]"', exc) from exc
 
 __all__ = [
     "COMPARISON_OPERATORS",

@@ -39,7 +39,7 @@ try:
     from langchain_core.retrievers import BaseRetriever
     from pydantic import ConfigDict, Field
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise _adapter.missing_framework(__name__, "LangChain (langchain-core)", "langchain", exc) from exc
+    raise _adapter.missing_framework(__name__, "LangChain (langchain-core)", 'pip install "fastrag-retrieval[langchain]"', exc) from exc
 
 __all__ = ["SOURCE", "LangChainRetriever", "to_langchain_document"]
 
@@ -60,7 +60,10 @@ def to_langchain_document(doc: FastragDocument) -> Document:
 class LangChainRetriever(BaseRetriever):
     """A LangChain ``BaseRetriever`` over a fastrag knowledge base or retriever.
 
-    Args:
+    Built with keyword arguments, as every LangChain retriever (a pydantic model):
+    ``LangChainRetriever(retriever=kb, k=5, filter={...})``.
+
+    Attributes:
         retriever: a :class:`~fastrag.knowledge_base.KnowledgeBase` (searched through
             :meth:`~fastrag.knowledge_base.KnowledgeBase.as_retriever`: its settings, no scope) or any fastrag
             :class:`~fastrag.protocols.Retriever`, such as ``kb.as_retriever(mode="keyword", user_id="alice")``.

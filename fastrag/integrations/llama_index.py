@@ -46,7 +46,7 @@ try:
     )
     from llama_index.core.vector_stores.types import MetadataFilters
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise _adapter.missing_framework(__name__, "LlamaIndex (llama-index-core)", "llama-index", exc) from exc
+    raise _adapter.missing_framework(__name__, "LlamaIndex (llama-index-core)", 'pip install "fastrag-retrieval[llama-index]"', exc) from exc
 
 __all__ = ["HIDDEN_METADATA_KEYS", "LlamaIndexRetriever", "to_node_with_score"]
 
