@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 OPTIONAL = ["model2vec", "pymilvus", "milvus_lite", "qdrant_client", "chromadb", "opensearchpy", "psycopg",
             "psycopg_pool", "pgvector", "cohere", "torch", "sentence_transformers", "lingua", "fastapi", "starlette",
-            "uvicorn", "prometheus_client"]
+            "uvicorn", "prometheus_client", "langchain_core", "langchain_tests", "llama_index", "haystack"]
 
 # Installed first in sys.meta_path of a fresh interpreter. Every attempt to import one of OPTIONAL is
 # recorded and fails, the way an import of a package that is installed but broken fails.
@@ -61,6 +61,7 @@ def test_import_fastrag_needs_and_loads_no_optional_package() -> None:
         assert not ATTEMPTS and not loaded, (ATTEMPTS, loaded)
         import fastrag.cli, fastrag.config, fastrag.retrieval, fastrag.vector_store.sqlite, fastrag.ingestion
         import fastrag.evaluation, fastrag.filters, fastrag.models, fastrag.errors
+        import fastrag.integrations, fastrag.integrations.bridge  # the adapters' package loads no framework
         loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
         assert not ATTEMPTS and not loaded, (ATTEMPTS, loaded)
         print("ok")
@@ -330,3 +331,42 @@ def test_the_language_detector_imports_from_fastrag_retrieval_without_loading_li
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+ADAPTERS = {  # adapter module -> (the framework package it needs, the extra)
+    "fastrag.integrations.langchain": ("langchain_core", "langchain"),
+    "fastrag.integrations.llama_index": ("llama_index", "llama-index"),
+    "fastrag.integrations.haystack": ("haystack", "haystack"),
+}
+
+
+def test_an_adapter_without_its_framework_names_the_extra_to_install() -> None:
+    # issue 27.8: importing an adapter whose framework is missing is an ImportError with the pip install line
+    code = BLOCKER + textwrap.dedent(
+        f"""
+        import importlib
+        for module, (package, extra) in {ADAPTERS!r}.items():
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                print(module, "|", exc)
+            else:
+                raise SystemExit(module + " imported without " + package)
+        """
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    for module, (_, extra) in ADAPTERS.items():
+        line = next(line for line in result.stdout.splitlines() if line.startswith(module + " |"))
+        assert f'pip install "fastrag-retrieval[{extra}]"' in line, line
+
+
+def test_each_framework_extra_names_its_minimum_version_and_the_test_extra_brings_them() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    for extra, distribution in (("langchain", "langchain-core"), ("llama-index", "llama-index-core"),
+                                ("haystack", "haystack-ai")):  # fmt: skip
+        (requirement,) = extras[extra]
+        assert re.fullmatch(rf"{distribution}>=\d+(\.\d+)*,<\d+(\.\d+)*", requirement), requirement
+    assert _self_extras(extras["integrations"]) == {"langchain", "llama-index", "haystack"}
+    assert "integrations" in _self_extras(extras["test"])
+    assert any(dep.startswith("langchain-tests>=") for dep in extras["test"])
