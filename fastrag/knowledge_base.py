@@ -1201,19 +1201,23 @@ class KnowledgeBaseRetriever:
         self.scope = MappingProxyType(dict(scope))
         self.settings = MappingProxyType(dict(settings))
 
-    async def retrieve(self, query: str, *, k: int = 10, filter: Any = None, offset: int = 0) -> list[Document]:
-        """:meth:`KnowledgeBase.search` for ``query`` with ``top_k=k`` (see there for the errors)."""
+    async def retrieve(self, query: str, *, k: int | None = None, filter: Any = None, offset: int = 0) -> list[Document]:  # noqa: A002
+        """:meth:`KnowledgeBase.search` for ``query`` with ``top_k=k`` (``None``: the resolved ``top_k`` of these
+        settings; see there for the errors)."""
         return await self.knowledge_base.search(query, filter=filter, scope=dict(self.scope) or None, offset=offset,
-                                                **{**self.settings, "top_k": k})  # fmt: skip
+                                                **self._with_k(k))  # fmt: skip
+
+    def _with_k(self, k: int | None) -> dict[str, Any]:
+        return {**self.settings, "top_k": k} if k is not None else dict(self.settings)
 
     async def retrieve_result(
-        self, query: str, *, k: int = 10, filter: Any = None, offset: int = 0
+        self, query: str, *, k: int | None = None, filter: Any = None, offset: int = 0  # noqa: A002
     ) -> RetrievalResult:
         """:meth:`KnowledgeBase.search_result` as a :class:`~fastrag.retrieval.result.RetrievalResult`."""
         from fastrag.retrieval.result import RetrievalResult
 
         response = await self.knowledge_base.search_result(
-            query, filter=filter, scope=dict(self.scope) or None, offset=offset, **{**self.settings, "top_k": k}
+            query, filter=filter, scope=dict(self.scope) or None, offset=offset, **self._with_k(k)
         )
         return RetrievalResult(documents=response.documents, error=response.error,
                                failed_branches=response.failed_branches, partial=response.partial,

@@ -780,3 +780,14 @@ async def test_sections_option_fills_a_section_index_during_sync(tmp_path: Path)
         assert await sections.parent_ids() == []  # pruned with the chunks
     with pytest.raises(ConfigurationError, match="sections"):
         KnowledgeBase("sqlite:///:memory:", sections="sections.db")
+
+
+async def test_as_retriever_searches_with_its_settings_and_k_defaults_to_their_top_k() -> None:
+    async with KnowledgeBase("sqlite:///:memory:") as kb:
+        await kb.add_documents(corpus(12))
+        retriever = kb.as_retriever(top_k=3, mode="keyword")
+        assert len(await retriever.retrieve("notes about tea")) == 3  # top_k=3, not the protocol's k=10
+        assert len(await retriever.retrieve("notes about tea", k=5)) == 5
+        direct = await kb.search("notes about tea", top_k=4, mode="keyword")
+        result = await retriever.retrieve_result("notes about tea", k=4)
+        assert [d.id for d in result.documents] == [d.id for d in direct] and result.error is None

@@ -81,7 +81,7 @@ from fastrag.filters import (
     or_all,
     parse_date,
 )
-from fastrag.integrations import _adapter
+import fastrag.integrations._adapter as _adapter
 from fastrag.models import Document as FastragDocument
 
 try:

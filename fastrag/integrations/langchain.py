@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastrag.integrations import _adapter
+import fastrag.integrations._adapter as _adapter
 from fastrag.models import SOURCE_URI
 from fastrag.models import Document as FastragDocument
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastrag.integrations import _adapter
+import fastrag.integrations._adapter as _adapter
 from fastrag.models import (
     BRANCHES,
     CHUNK_INDEX,
