@@ -499,6 +499,9 @@ async def _open_knowledge_base(
                     f"{embedder.name!r}; search it with the same model, or use --mode keyword"
                 )
         extra: dict[str, Any] = {}
+        if rerank == BEST_RERANKER:
+            rerank, rerank_model, said = _best_reranker(settings, rerank_model)
+            click.echo(f"reranking with {said}", err=True)
         if rerank == "embedder":
             _warn_same_model_rerank(rerank_model, settings.embedding_model or store.embedding_model)
         if rerank == "embedder" and rerank_model is None and embedder:
@@ -513,6 +516,42 @@ async def _open_knowledge_base(
             KnowledgeBase(store, lexical_store=lexical if lexical is not store else None, embedder=embedder)
         )
         yield kb, extra
+
+
+BEST_RERANKER = "best"
+"""``--rerank`` given without a value: :func:`_best_reranker` picks the reranker."""
+
+
+def _best_reranker(settings: Settings, rerank_model: str | None) -> tuple[str, str | None, str]:
+    """The best reranker configured, for ``--rerank`` alone: ``(kind, model, what to say on stderr)``.
+
+    In order: a ``rerank_model`` spec (as a knowledge base reads it: a cross-encoder folder, ``cohere`` or
+    ``cohere:MODEL``, ``embedder``) from ``--rerank-model``, ``FASTRAG_RERANK_MODEL`` or ``fastrag.toml``;
+    else Cohere's rerank API when ``CO_API_KEY`` (or ``COHERE_API_KEY``) is set; else the embedder reranker
+    (:data:`~fastrag.settings.DEFAULT_RERANK_MODEL`, what a knowledge base reranks with when nothing is
+    configured). A cross-encoder judges relevance better than the other two (docs/reranking.md); the
+    embedder reranker with the model that retrieved measured worse than not reranking, and says so."""
+    import os
+
+    from fastrag.rerankers.cohere import API_KEY_ENV
+
+    configured, where = rerank_model, "--rerank-model"
+    if configured is None and settings.search is not None and isinstance(settings.search.rerank_model, str):
+        configured = settings.search.rerank_model
+        where = "FASTRAG_RERANK_MODEL" if os.environ.get("FASTRAG_RERANK_MODEL") else "fastrag.toml"
+    if configured is not None:
+        spec = configured.strip()
+        if spec == "embedder":
+            return "embedder", None, f"the embedder reranker (rerank_model from {where})"
+        if spec == "cohere" or spec.startswith("cohere:"):
+            model = spec.partition(":")[2].strip() or None
+            return "cohere", model, f"Cohere's rerank API, model {model or 'rerank-v3.5'} (rerank_model from {where})"
+        return "cross-encoder", spec, f"the cross-encoder in {spec} (rerank_model from {where})"
+    key = next((name for name in API_KEY_ENV if os.environ.get(name)), None)
+    if key is not None:
+        return "cohere", None, f"Cohere's rerank API, model rerank-v3.5 ({key} is set and no rerank_model is configured)"
+    return "embedder", None, ("the embedder reranker (no rerank_model is configured and CO_API_KEY is not set; "
+                              "configure a cross-encoder folder with FASTRAG_RERANK_MODEL for a better one)")  # fmt: skip
 
 
 def _search_request(settings: Settings, given: dict[str, Any]) -> dict[str, Any]:
@@ -594,12 +633,16 @@ def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
-@click.option("--rerank", type=click.Choice(("none", *RERANKERS)), default="none", show_default=True,
+@click.option("--rerank", type=click.Choice(("none", BEST_RERANKER, *RERANKERS)), default="none", show_default=True,
+              is_flag=False, flag_value=BEST_RERANKER,
               help="Rerank --candidate-k first-stage candidates: bi-encoder cosine (embedder), a local "
-                   "cross-encoder, or Cohere's rerank API (key from CO_API_KEY).")
+                   "cross-encoder, or Cohere's rerank API (key from CO_API_KEY). --rerank alone (after QUERY): "
+                   "the best one configured (a rerank_model from --rerank-model, FASTRAG_RERANK_MODEL or "
+                   "fastrag.toml; else cohere when CO_API_KEY is set; else embedder), named on stderr.")
 @click.option("--rerank-model",
               help="embedder: a Model2Vec model (default: the store's); cross-encoder: a local model folder "
-                   "(required); cohere: the model (default rerank-v3.5).")
+                   "(required); cohere: the model (default rerank-v3.5). With --rerank alone: a rerank_model "
+                   "(a cross-encoder folder, cohere[:MODEL] or embedder).")
 @click.option("--candidate-k", type=click.IntRange(1, 10_000),
               help="First-stage candidates: per hybrid branch, and what the reranker reads (with --rerank). "
                    "Default: the embedder's measured value (40 with the shipped model, 200 otherwise).")
@@ -644,7 +687,7 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
         async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model) as (kb, reranking):
             # a path filter that stopped at max_k candidates says so in result.incomplete (never "no match")
             result = await kb.search_result(query, filter=node, offset=offset, user_id=user_id, agent_id=agent_id,
-                                            **request, **reranking)  # fmt: skip
+                                            **{**request, **reranking})  # fmt: skip
             if result.error is not None:
                 raise result.error
             return result
@@ -707,8 +750,10 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @click.option("--filter", "filter_json", help="Metadata filter as JSON (as for search).")
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
-@click.option("--rerank", type=click.Choice(("none", *RERANKERS)), default="none", show_default=True,
-              help="Rerank --candidate-k candidates before the LLM reads the best --top-k (as for search).")
+@click.option("--rerank", type=click.Choice(("none", BEST_RERANKER, *RERANKERS)), default="none", show_default=True,
+              is_flag=False, flag_value=BEST_RERANKER,
+              help="Rerank --candidate-k candidates before the LLM reads the best --top-k (as for search; "
+                   "--rerank alone: the best one configured).")
 @click.option("--rerank-model", help="The reranker's model (as for search).")
 @click.option("--candidate-k", type=click.IntRange(1, 10_000),
               help="First-stage candidates: per hybrid branch, and what the reranker reads (with --rerank).")
@@ -750,7 +795,7 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
         async with OpenAICompatibleLLM(base_url=settings.llm_base_url, model=settings.llm_model,
                                        api_key=os.environ.get("FASTRAG_LLM_API_KEY") or None) as llm:
             async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model) as (kb, reranking):
-                retriever = kb.as_retriever(**request, **reranking)
+                retriever = kb.as_retriever(**{**request, **reranking})
                 engine = QueryEngine(retriever=retriever, llm=llm, k=top_k)
                 retrieval = await retrieve_with_status(retriever, question, k=top_k, filter=node)
                 if retrieval.retrieval_failed:  # never ask the LLM without its sources

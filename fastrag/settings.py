@@ -38,6 +38,7 @@ __all__ = [
     "AUTO_DIRECT_MAX",
     "AUTO_RERANK_MIN",
     "AUTO_WIDE_RETRIEVAL_K",
+    "DEFAULT_RERANK_MODEL",
     "FUSIONS",
     "MAX_RANK_CONSTANT",
     "MAX_WEIGHT",
@@ -99,6 +100,15 @@ AUTO_WIDE_RETRIEVAL_K = 100
 """The per-branch candidates ``"auto"`` uses on a large corpus without a reranker (unless ``retrieval_k``
 was set explicitly): deeper lists let fusion surface a document one branch ranks low (100 matches the
 Recall@100 the evaluation reports)."""
+DEFAULT_RERANK_MODEL = "embedder"
+"""The reranker of a search with ``rerank`` true and no ``rerank_model`` in any layer (origin ``"default"``):
+:class:`~fastrag.rerankers.EmbedderReranker` over the knowledge base's own embedder, the one reranker that
+needs nothing more (no model folder, no API key, nothing sent off the machine), so ``{"rerank": True}`` alone
+works, as the agent frameworks' configurations expect. It re-scores by the embedder's cosine: with the
+embedder that also retrieved it reproduces the dense branch's order and measured worse than not reranking
+(SciFact nDCG@10 0.3956 against 0.6935 for the default hybrid, ``docs/reranking.md``); set ``rerank_model``
+to a cross-encoder folder or ``"cohere"`` for a gain. ``"auto"`` never turns this default on: it reranks
+only with a ``rerank_model`` that is set."""
 
 
 
@@ -227,7 +237,8 @@ class SearchSettings:
     """RRF's ``k`` (Cormack et al. 2009 use 60), a number in (0, :data:`MAX_RANK_CONSTANT`] (10^6); only used
     when ``fusion="rrf"``."""
     rerank: bool | None
-    """Rerank the first stage's ``candidate_k`` candidates with ``rerank_model``."""
+    """Rerank the first stage's ``candidate_k`` candidates with ``rerank_model`` (set in no layer:
+    :data:`DEFAULT_RERANK_MODEL`, the embedder reranker)."""
     rerank_model: Any
     """The reranker: ``"embedder"`` (:class:`~fastrag.rerankers.EmbedderReranker` over the knowledge base's
     embedder), ``"cohere"`` or ``"cohere:<model>"`` (:class:`~fastrag.rerankers.CohereReranker`, API key from
@@ -487,7 +498,8 @@ SYSTEM_DEFAULTS = SearchSettings(
 )
 """The layer below the knowledge base: hybrid search, weighted fusion (RRF's ``rank_constant`` 60, Cormack
 et al. 2009, when ``fusion="rrf"``), no reranking and no reranker, 20 results, a failed branch fails the
-search, and the ``"auto"`` thresholds :data:`AUTO_DIRECT_MAX` and :data:`AUTO_RERANK_MIN`.
+search, and the ``"auto"`` thresholds :data:`AUTO_DIRECT_MAX` and :data:`AUTO_RERANK_MIN`. ``rerank`` true with
+no ``rerank_model`` anywhere reranks with :data:`DEFAULT_RERANK_MODEL` (``"embedder"``).
 
 The fusion's ``normalization``, the weights and ``candidate_k`` are not here: set nowhere, they come from the
 embedder's row of the measured table in :mod:`fastrag.defaults` (origin ``"default:embedder"``), the same
@@ -595,9 +607,11 @@ def resolve_settings(
 
     * ``vector_weight`` and ``keyword_weight`` are not both 0;
     * ``auto_rerank_min`` is greater than ``auto_direct_max``;
-    * with ``rerank`` true: a ``rerank_model`` is set, and ``candidate_k >= top_k`` (reranking fewer
+    * with ``rerank`` true and no ``rerank_model`` in any layer, ``rerank_model`` is
+      :data:`DEFAULT_RERANK_MODEL` (``"embedder"``, origin ``"default"``); and ``candidate_k >= top_k`` (reranking fewer
       candidates than are returned is a mistake). When ``candidate_k`` comes from the defaults it is
-      raised to ``top_k`` instead;
+      raised to ``top_k`` instead, and else, when ``top_k`` comes from the defaults, ``top_k`` is lowered to
+      ``candidate_k`` (``{"retrieval_k": 10, "rerank": True}`` returns the 10 reranked candidates);
     * the score thresholds fit the mode (:func:`~fastrag.retrieval.thresholds.check_thresholds_fit`):
       ``min_score`` not on a fused list (``"hybrid"``, ``"auto"``) unless ``rerank`` is true,
       ``min_relative_score`` only where lists are fused, a branch threshold only where its branch runs.
@@ -650,13 +664,16 @@ def resolve_settings(
         )
     if values["rerank"]:
         if values["rerank_model"] is None:
-            raise InvalidParameterError(f"{said('rerank')} needs a rerank_model (none is set)")
+            values["rerank_model"], origins["rerank_model"] = DEFAULT_RERANK_MODEL, "default"
         if values["candidate_k"] < values["top_k"]:
-            if origins["candidate_k"] not in ("default", "default:embedder"):
+            if origins["candidate_k"] in ("default", "default:embedder"):
+                values["candidate_k"] = values["top_k"]
+            elif origins["top_k"] == "default":  # the reranker returns at most the candidates it was given
+                values["top_k"] = values["candidate_k"]
+            else:
                 raise InvalidParameterError(
                     f"reranking needs candidate_k >= top_k: {said('candidate_k')}, {said('top_k')}"
                 )
-            values["candidate_k"] = values["top_k"]
     check_thresholds_fit(values["mode"], reranked=bool(values["rerank"]), said=said,
                          **{name: values[name] for name in THRESHOLD_SETTINGS})  # fmt: skip
     return ResolvedSearchSettings(**values, origins=MappingProxyType(origins))

@@ -135,7 +135,6 @@ async def test_request_fusion_weights_change_the_ranking() -> None:
         ({"rank_constant": 1e308}, InvalidParameterError),
         ({"rank_constant": MAX_RANK_CONSTANT * 2}, InvalidParameterError),
         ({"auto_direct_max": 10_001, "auto_rerank_min": 20_000}, InvalidParameterError),
-        ({"rerank": True}, InvalidParameterError),  # no rerank_model
         ({"rerank": True, "rerank_model": "embedder", "retrieval_k": 5, "top_k": 10}, InvalidParameterError),
         ({"auto_direct_max": 100, "auto_rerank_min": 50}, InvalidParameterError),
         ({"rerank_model": "cohere:"}, InvalidParameterError),

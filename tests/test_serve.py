@@ -203,7 +203,6 @@ async def test_a_store_that_hangs_is_a_503_after_the_request_timeout() -> None:
         ({"query": "bike", "filter": {"greaterThan": {"key": "year", "value": "recent"}}}, "filter"),
         ({"query": "bike", "fusion": {"vector_weight": -1}}, "fusion"),
         ({"query": "bike", "fusion": {"vector_weight": 0, "keyword_weight": 0}}, "fusion"),
-        ({"query": "bike", "rerank": {"enabled": True}}, "rerank"),  # no rerank_model configured
         ({"query": "bike", "user_id": True}, "user_id"),
         ({"query": "bike", "user_id": ""}, "user_id"),
         ({"query": "bike", "colour": "red"}, "colour"),
@@ -215,6 +214,15 @@ async def test_bad_input_is_a_422_naming_the_field(api: Served, body: dict[str, 
     payload = response.json()
     assert payload["error"] == "invalid_request"
     assert any(field in [str(p) for p in d["loc"]] for d in payload["detail"]), payload
+
+
+async def test_rerank_without_a_configured_model_reranks_with_the_default_reranker(api: Served) -> None:
+    await api.add()
+    response = await api.retrieve(query="bicycle wheel", rerank={"enabled": True})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["strategy"] == "hybrid+rerank"
+    assert body["settings"]["rerank_model"] == {"value": "embedder", "origin": "default"}  # the knowledge base's embedder
 
 
 async def test_values_no_store_can_keep_are_a_422_not_a_500(api: Served) -> None:

@@ -6,7 +6,8 @@ Needs the ``serve`` extra (``pip install "fastrag-retrieval[serve]"``). See docs
 * :mod:`fastrag.serve.schemas`: the request and response bodies (the OpenAPI schema);
 * :mod:`fastrag.serve.app`: :func:`~fastrag.serve.app.create_app`, the ASGI app;
 * :mod:`fastrag.serve.server`: uvicorn as ``fastrag serve`` runs it, with read timeouts and a connection limit;
-* :mod:`fastrag.serve.ask`: the ``/ask`` route, for knowledge bases with an LLM.
+* :mod:`fastrag.serve.ask`: the ``/ask`` route, for knowledge bases with an LLM;
+* :mod:`fastrag.serve.retrieve_api`: ``POST /v1/retrieve``, the Retrieve API of the original design.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ Routes (all JSON; the OpenAPI schema is at ``/openapi.json``, its rendering at `
   :class:`~fastrag.serve.schemas.RetrieveResponse` (``KnowledgeBase.search_result``);
 * ``POST /v1/knowledge-bases/{name}/documents``: add; ``DELETE`` the same path: delete by ids and/or filter;
 * ``POST /v1/knowledge-bases/{name}/ask``: when the knowledge base has an ``llm`` (else 404);
+* ``POST /v1/retrieve``: the Retrieve API of the original design, knowledge base named in the body
+  (:mod:`fastrag.serve.retrieve_api`: its own body, error shape and defaults, the same search);
 * ``GET /healthz`` (the process answers), ``GET /readyz`` (every store answers a count; 503 naming those that
   do not), ``GET /metrics`` (Prometheus text format).
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -181,6 +183,7 @@ def create_app(
     limits: ServeLimits | None = None,
     tokens: tuple[TokenBinding, ...] = (),
     llms: Mapping[str, Any] | None = None,
+    subspaces: Collection[str] = (),
 ) -> FastAPI:
     """The ASGI app serving ``knowledge_bases`` by name.
 
@@ -196,9 +199,12 @@ def create_app(
         llms: ``{name: LLM}`` for the knowledge bases that answer ``/ask`` (an object with ``chat``, such as
             :class:`~fastrag.llm.OpenAICompatibleLLM`; opened and closed with the app when it is an async
             context manager).
+        subspaces: the knowledge bases whose ``POST /v1/retrieve`` calls must name their subspaces (each
+            declares ``subspace`` as a string field; :mod:`fastrag.serve.retrieve_api`).
 
     Raises:
-        ConfigurationError: no knowledge base, or an ``llms`` name that is not a knowledge base.
+        ConfigurationError: no knowledge base, an ``llms`` or ``subspaces`` name that is not a knowledge
+            base, or a knowledge base in ``subspaces`` that does not declare the ``subspace`` field.
     """
     if not knowledge_bases:
         raise ConfigurationError("create_app needs at least one knowledge base")
@@ -207,6 +213,9 @@ def create_app(
     if set(llms) - set(kbs):
         raise ConfigurationError(f"llms for unknown knowledge base(s) {sorted(set(llms) - set(kbs))}")
     limits = limits or ServeLimits()
+    from fastrag.serve.retrieve_api import check_subspaces, retrieve_api_route
+
+    with_subspaces = check_subspaces(kbs, subspaces)
     try:
         metrics: _Metrics | None = _Metrics()
     except ImportError:  # pragma: no cover - prometheus-client is in the serve extra
@@ -423,6 +432,8 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
 
+    retrieve_api_route(app, limits=limits, subspaces=with_subspaces, caller=caller, open_kb=open_kb,
+                       timed_out=timed_out, store_of=store_of)  # fmt: skip
     if llms:
         from fastrag.serve.ask import answer_route
 
@@ -434,16 +445,23 @@ def create_app(
 def app_from_config(config: ServeConfig) -> FastAPI:
     """:func:`create_app` over the knowledge bases a :class:`~fastrag.serve.config.ServeConfig` describes
     (each table through :meth:`~fastrag.knowledge_base.KnowledgeBase.from_config`; an ``llm`` sub-table
-    ``{base_url, model, api_key_env}`` makes that knowledge base answer ``/ask``).
+    ``{base_url, model, api_key_env}`` makes that knowledge base answer ``/ask``; ``subspaces = true`` makes
+    every ``POST /v1/retrieve`` on it name its subspaces).
 
     Raises:
         ConfigurationError: a table :meth:`KnowledgeBase.from_config` refuses (named), or a bad ``llm``.
     """
     kbs: dict[str, KnowledgeBase] = {}
     llms: dict[str, Any] = {}
+    subspaces: list[str] = []
     for name, table in config.knowledge_bases.items():
         table = dict(table)
         llm = table.pop("llm", None)
+        enabled = table.pop("subspaces", False)
+        if not isinstance(enabled, bool):
+            raise ConfigurationError(f"knowledge_bases.{name}.subspaces must be true or false, got {enabled!r}")
+        if enabled:
+            subspaces.append(name)
         try:
             kbs[name] = KnowledgeBase.from_config(table)
         except ConfigurationError as exc:
@@ -452,4 +470,4 @@ def app_from_config(config: ServeConfig) -> FastAPI:
             from fastrag.serve.ask import llm_from_config
 
             llms[name] = llm_from_config(name, llm)
-    return create_app(kbs, limits=config.limits, tokens=config.tokens, llms=llms)
+    return create_app(kbs, limits=config.limits, tokens=config.tokens, llms=llms, subspaces=subspaces)

@@ -13,6 +13,7 @@
     keep_alive_timeout = 5.0        # seconds an idle connection stays open after a response
     max_connections = 1000          # open connections; a request beyond them is answered 503 at once
     max_header_bytes = 16384        # the longest request line and headers, in bytes (431, then closed)
+    retrieve_api_max_text_chars = 128  # POST /v1/retrieve: the longest retrievalQuery.text (at most 8,192)
 
     [serve.tokens.alice]            # a bearer token bound to a tenant
     token_sha256 = "9f86d08..."     # SHA-256 (hex) of the token: the file holds no secret
@@ -25,6 +26,7 @@
     [knowledge_bases.docs]          # one table per knowledge base, served as /v1/knowledge-bases/docs/...
     store = "sqlite:///kb.db"       # every key of KnowledgeBase.from_config
     top_k = 5
+    subspaces = false               # true: every POST /v1/retrieve on it names its subspace(s) (docs/serve.md)
 
 With no ``[serve.tokens]`` table the service answers every caller (bind it to 127.0.0.1, or put it behind a
 proxy that authenticates). With tokens, every ``/v1`` call needs ``Authorization: Bearer <token>``; a token
@@ -66,6 +68,8 @@ class ServeLimits:
         max_documents: the most documents one ``POST .../documents`` may carry (>= 1).
         request_timeout: seconds one retrieval (or ``ask``'s retrieval) may take before it is cancelled and
             answered with a 503 (``retrieval_failed``, the store named); a number in (0, 3600].
+        retrieve_api_max_text_chars: the longest ``retrievalQuery.text`` of ``POST /v1/retrieve``, in
+            characters (1 to 8,192; default 128, the Retrieve API design's limit).
 
     Raises:
         ConfigurationError: a bound out of its range.
@@ -76,6 +80,7 @@ class ServeLimits:
     max_body_bytes: int = 1_048_576
     max_documents: int = 1_000
     request_timeout: float = 30.0
+    retrieve_api_max_text_chars: int = 128
 
     def __post_init__(self) -> None:
         timeout = self.request_timeout
@@ -86,6 +91,7 @@ class ServeLimits:
             ("max_top_k", 1, MAX_K),
             ("max_body_bytes", 1_024, 1 << 31),
             ("max_documents", 1, 100_000),
+            ("retrieve_api_max_text_chars", 1, MAX_QUERY_CHARS),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -239,7 +245,8 @@ def parse_config(data: Mapping[str, Any], *, environ: Mapping[str, str] | None =
     serve = data.get("serve", {})
     if not isinstance(serve, Mapping):
         raise ConfigurationError("[serve] must be a table")
-    limit_names = ("max_query_chars", "max_top_k", "max_body_bytes", "max_documents", "request_timeout")
+    limit_names = ("max_query_chars", "max_top_k", "max_body_bytes", "max_documents", "request_timeout",
+                   "retrieve_api_max_text_chars")  # fmt: skip
     server_names = ("header_timeout", "body_timeout", "keep_alive_timeout", "max_connections", "max_header_bytes")
     unknown = sorted(set(serve) - {*limit_names, *server_names, "tokens"})
     if unknown:
