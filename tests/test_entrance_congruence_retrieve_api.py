@@ -37,7 +37,7 @@ BODIES: dict[str, tuple[dict[str, Any], str | None]] = {
     "rrf": ({"retrievalConfiguration": {"rerankingConfiguration": {"type": "RRF", "rrfConfiguration": {"k": 10}},
                                         "fullTextSearchConfiguration": {"numberOfResults": 5}}}, None),
 }
-NOT_EXPRESSIBLE = {"glob", "group_by", "offset", "threshold", "language"}
+NOT_EXPRESSIBLE = {"glob", "group_by", "offset", "threshold", "language", "mmr"}
 EXPRESSED = [(name, cell) for name, cell in CELLS if name in BODIES]
 
 

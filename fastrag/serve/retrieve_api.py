@@ -61,7 +61,7 @@ from fastrag.models import PARENT_ID, RANK, SCORE, Document
 from fastrag.retrieval.limits import MAX_K, MAX_QUERY_CHARS
 from fastrag.serve.config import ServeLimits, TokenBinding
 from fastrag.serve.errors import ServeError
-from fastrag.serve.schemas import Count, _Body
+from fastrag.serve.schemas import Count, StrictBody
 from fastrag.settings import DEFAULT_RERANK_MODEL, MAX_RANK_CONSTANT, MAX_WEIGHT
 
 __all__ = [
@@ -112,7 +112,7 @@ _COHERE_DEFAULT_MODEL = "rerank-v3.5"  # CohereReranker's default model, which r
 # --------------------------------------------------------------------------------------------- bodies
 
 
-class _Camel(_Body):
+class _Camel(StrictBody):
     """A request object of the design: camelCase names only, unknown fields refused."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=False, protected_namespaces=())

@@ -85,7 +85,7 @@ def _bad_value(value: Any, path: str) -> str | None:
     return None
 
 
-class _Body(BaseModel):
+class StrictBody(BaseModel):
     """A request body: unknown fields are refused, and so are values no store can keep (lone surrogates,
     NaN, infinities: Python's JSON parser accepts the last two although JSON has no such numbers)."""
 
@@ -100,7 +100,7 @@ class _Body(BaseModel):
         return data
 
 
-class FusionOptions(_Body):
+class FusionOptions(StrictBody):
     """How a hybrid search fuses its dense (k-NN) and BM25 lists; each unset field inherits."""
 
     method: Literal["weighted", "rrf"] | None = Field(
@@ -111,7 +111,7 @@ class FusionOptions(_Body):
     rank_constant: float | None = Field(None, gt=0, le=MAX_RANK_CONSTANT, description="RRF's k (60 by default)")
 
 
-class RerankOptions(_Body):
+class RerankOptions(StrictBody):
     """Reranking with the knowledge base's configured ``rerank_model`` (a request cannot name a model: that
     would let callers load arbitrary models or files on the server)."""
 
@@ -119,7 +119,7 @@ class RerankOptions(_Body):
     retrieval_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates handed to the reranker")
 
 
-class _Tenant(_Body):
+class _Tenant(StrictBody):
     user_id: TenantValue | None = Field(None, description="confine the call to this tenant")
     agent_id: TenantValue | None = Field(None, description="confine the call to this agent")
 
@@ -259,7 +259,7 @@ class ErrorResponse(BaseModel):
     detail: list[dict[str, Any]] | None = Field(None, description="for 422: each bad field's loc, msg and type")
 
 
-class DocumentIn(_Body):
+class DocumentIn(StrictBody):
     """A document to write (a chunk: it is embedded and indexed as one)."""
 
     id: str = Field(..., min_length=1, max_length=1024)
