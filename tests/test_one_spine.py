@@ -87,3 +87,31 @@ def test_no_retriever_is_composed_outside_the_planner() -> None:
                 if name in COMPOSERS:
                     found.append(f"{rel}:{node.lineno} {name}")
     assert not found, "retrievers composed outside fastrag.planning:\n" + "\n".join(found)
+
+
+PROBES = ("callable(getattr(", "hasattr(", "inspect.signature(", "inspect.getattr_static(", "inspect.iscoroutinefunction(")
+THIRD_PARTY_PROBES = {
+    # (file, probe): why it is not a fastrag capability probe
+    ("fastrag/vector_store/milvus/connection.py", "callable(getattr("): "a grpc.RpcError's code(): grpc's own API",
+    ("fastrag/vector_store/qdrant/store.py", "inspect.iscoroutinefunction("): "qdrant-client's sync or async client",
+    ("fastrag/ingestion/steps/sentence_transformer.py", "hasattr("): "a tokenizers backend's no_padding()",
+    ("fastrag/ingestion/steps/embedding.py", "hasattr("): "a tokenizers model's unk_token",
+    ("fastrag/deferred.py", "inspect.getattr_static("): (
+        "deferred rows are declared by the store's own class: a wrapper that forwards attributes (RetryingStore) "
+        "must not count, its inner store's rows are not its own"
+    ),
+}
+
+
+def test_no_fastrag_capability_is_probed_by_getattr_hasattr_or_signature() -> None:
+    """Optional abilities are protocols in fastrag.protocols, checked with isinstance (STYLE.md); the only
+    probes left read third-party objects (listed with the reason)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            code = line.split("#", 1)[0]
+            for probe in PROBES:
+                if probe in code and (rel, probe) not in THIRD_PARTY_PROBES:
+                    found.append(f"{rel}:{number}: {line.strip()}")
+    assert not found, "capabilities probed instead of declared:\n" + "\n".join(found)
