@@ -1,42 +1,12 @@
-"""A knowledge base: stores, embedder, sources, metadata schema and search settings behind one object.
-
-::
-
-    async with KnowledgeBase("sqlite:///kb.db", sources=["docs/"], fields={"year": "long"}) as kb:
-        await kb.sync()                                   # index the sources (incremental)
-        await kb.add_documents(notes, user_id="alice")    # alice's own notes
-        docs = await kb.search("how are documents ranked?", user_id="alice", top_k=5)
-        tool = kb.as_tool(user_id="alice")                # a function-calling tool over the same search
-
-Search settings resolve field by field: the request (keyword arguments of :meth:`KnowledgeBase.search`),
-then the knowledge base (``settings=``), then the system defaults: :data:`SYSTEM_DEFAULTS` (hybrid search,
-weighted min-max fusion 0.7 dense / 0.3 BM25, 20 results), except that the fusion weights follow the
-measured table :data:`~fastrag.retrieval.hybrid.LEXICAL_WEIGHT_BY_EMBEDDER` when the embedder is one of the
-static models shipped with fastrag (BM25 0.9 / dense 0.1; origin ``"default:embedder"``).
-:meth:`KnowledgeBase.search_result` returns the resolved settings, where each came from, and which strategy
-ran.
-
-Writes go to the vector store and, when there is a separate one, the lexical (BM25) store: every
-``add_documents``, ``delete`` and ``clear`` hits both, so the two indexes hold the same documents. Nothing
-is rebuilt when a persisted knowledge base is opened again; :meth:`KnowledgeBase.sync` re-embeds only the
-files that changed.
-
-Scoping (tenants): ``user_id=``, ``agent_id=`` or ``scope={"any_key": value}`` on a write stamps the
-documents with those keys and stores them under scope-qualified ids; on a search, count or delete it
-confines the call to documents carrying all of those keys (see :class:`KnowledgeBase`). A write whose
-documents carry a tenant key the call's scope does not set to the same value is refused, so no write (and
-no unscoped write) can plant a document in a tenant's view.
-"""
+"""The knowledge base: stores, embedder, sources, metadata schema and search settings behind one object."""
 
 from __future__ import annotations
 
 import logging
-import math
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
@@ -52,51 +22,30 @@ from fastrag.errors import (
     UnsupportedFilterError,
 )
 from fastrag.filters import (
-    RANGE_OPERATORS,
-    SET_OPERATORS,
-    Comparison,
-    Filter,
     FilterLike,
-    comparisons,
     is_native_filter,
     matches,
-    parse_date,
     parse_filter,
 )
 from fastrag.models import (
-    BRANCHES,
-    CHUNK_INDEX,
-    CONTENT_HASH,
-    HEADINGS,
-    LANGUAGE,
-    PARENT_ID,
-    RANK,
-    RESERVED_KEYS,
-    SCORE,
-    SOURCE_URI,
     TITLE,
     Document,
 )
-from fastrag.protocols import AsyncCloseable, Embedder, EmbedsText, SearchesText, SupportsClear, SupportsGet, VectorStore
+from fastrag.protocols import (
+    AsyncCloseable,
+    Embedder,
+    EmbedsText,
+    SearchesText,
+    SupportsClear,
+    SupportsGet,
+    VectorStore,
+)
 from fastrag.scoping import (
-    MAX_SCOPE_INT,
-    MIN_SCOPE_INT,
-    Scope,
     ScopedStore,
-    check_scope_value,
-    check_unscoped_id,
 )
 from fastrag.settings import (
     ALIASES,
-    AUTO_DIRECT_MAX,
-    AUTO_RERANK_MIN,
-    AUTO_WIDE_RETRIEVAL_K,
-    FUSIONS,
-    MAX_RANK_CONSTANT,
-    MAX_WEIGHT,
     OPTIONS,
-    SEARCH_MODES,
-    SYSTEM_DEFAULTS,
     ResolvedSearchSettings,
     SearchSettings,
     resolve_settings,
@@ -109,275 +58,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from fastrag.retrieval.result import RetrievalResult
     from fastrag.sections import SectionIndex
 
-__all__ = [
-    "AUTO_DIRECT_MAX",
-    "AUTO_RERANK_MIN",
-    "AUTO_WIDE_RETRIEVAL_K",
-    "FIELD_TYPES",
-    "FUSIONS",
-    "MAX_RANK_CONSTANT",
-    "MAX_SCOPE_INT",
-    "MAX_WEIGHT",
-    "MIN_SCOPE_INT",
-    "SEARCH_MODES",
-    "SYSTEM_DEFAULTS",
-    "KnowledgeBase",
-    "KnowledgeBaseRetriever",
-    "ResolvedSearchSettings",
-    "SearchResponse",
-    "SearchSettings",
-    "resolve_settings",
-]
+
+from fastrag.knowledge_base.response import SearchResponse
+from fastrag.knowledge_base.retriever import KnowledgeBaseRetriever
+from fastrag.knowledge_base.schema import (
+    TENANT_FIELD,
+    check_document_fields,
+    check_fields_declaration,
+    check_filter_fields,
+)
+from fastrag.knowledge_base.scope import check_id, check_stamped_keys, scope_of
 
 logger = logging.getLogger("fastrag.knowledge_base")
-
-FIELD_TYPES: tuple[str, ...] = ("string", "long", "double", "date", "list", "boolean", "tenant")
-"""The metadata field types a knowledge base can declare (see :class:`KnowledgeBase`, ``fields=``).
-``"tenant"`` marks a tenant key (a non-empty str or a signed 64-bit int), like the built-in ``user_id`` and
-``agent_id``: writes must set it through the call's scope, never in a document's metadata."""
-
-_TENANT = "tenant"  # field type of user_id / agent_id (and declared tenant keys): a str or an int
-_STAMPED_KEYS = (SCORE, RANK, BRANCHES)  # set by ranking stages on the copies they return; refused on write
-_IMPLICIT_FIELDS: Mapping[str, str] = MappingProxyType(
-    {
-        SOURCE_URI: "string",
-        TITLE: "string",
-        LANGUAGE: "string",
-        PARENT_ID: "string",
-        CHUNK_INDEX: "long",
-        CONTENT_HASH: "string",
-        HEADINGS: "list",
-        "chunker": "string",  # fastrag.ingestion.pipeline.CHUNKER
-        "section_index": "long",  # fastrag.sections: where a chunk lies in its parsed section
-        "section_start": "long",
-        "section_end": "long",
-        "user_id": _TENANT,
-        "agent_id": _TENANT,
-    }
-)
-
-_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-# ------------------------------------------------------------------------------------------ response
-
-
-@dataclass(frozen=True, slots=True)
-class SearchResponse:
-    """The outcome of one :meth:`KnowledgeBase.search_result` call.
-
-    Attributes:
-        documents: best first, at most ``settings.top_k``; each a copy stamped with ``score`` (higher is
-            better; its range is the last stage's: cosine in [-1, 1] for vector, BM25 unbounded > 0 for
-            keyword, [0, 1] for weighted fusion (hybrid and direct), ``(0, sum of weights / (rank_constant +
-            1)]`` for RRF, the reranker's own for a reranked search) and zero-based ``rank``. Empty when the
-            call failed or nothing matched.
-        settings: the resolved settings, with where each came from.
-        strategy: what ran: ``"vector"``, ``"keyword"``, ``"hybrid"`` or ``"direct"`` (exact hybrid fusion
-            over the whole corpus, chosen by ``"auto"``: both branches return every chunk they match), with
-            ``"+rerank"`` appended when a reranker narrowed the result, and ``"+group"`` when results were
-            grouped (``group_by``); ``"auto"`` itself when ``"auto"`` could not count the corpus (the store
-            failed: ``retrieval_failed`` is then true).
-        corpus_size: with ``"auto"``, the number of chunks (stored documents, not files) the call could see
-            (its scope and filter), which chose the strategy; ``None`` otherwise, or when that count failed.
-        error: why the call failed, or ``None`` (see :class:`~fastrag.retrieval.result.RetrievalResult`).
-        failed_branches: ``{branch: error}`` for every failed branch.
-        partial: ``True`` when some branches failed and the result comes from the others.
-        timings: wall-clock seconds per stage (``"total"`` for the whole retrieval).
-        zero_vector_branches: dense branches whose question embedded to the zero vector (none of its words
-            is in the model's vocabulary), so they found nothing.
-        incomplete: ``{stage: why}`` for stages that may have missed matches (a path filter that stopped at
-            ``max_k`` candidates): fewer results than asked for do not mean fewer matches exist.
-        skipped_branches: ``{branch: why}`` for hybrid branches that were not run (a dense branch whose
-            embedder does not cover the question's language).
-    """
-
-    documents: tuple[Document, ...]
-    settings: ResolvedSearchSettings
-    strategy: str
-    corpus_size: int | None = None
-    error: Exception | None = None
-    failed_branches: Mapping[str, Exception] = field(default_factory=lambda: MappingProxyType({}))
-    partial: bool = False
-    timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    zero_vector_branches: tuple[str, ...] = ()
-    incomplete: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    skipped_branches: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-
-    @property
-    def complete(self) -> bool:
-        """``False`` when the result may lack matches: the call failed, a branch failed or was skipped, or a
-        stage stopped early (``incomplete``)."""
-        return not (self.error is not None or self.partial or self.incomplete or self.skipped_branches)
-
-    @property
-    def retrieval_failed(self) -> bool:
-        """``True`` when the call failed: the empty ``documents`` mean nothing."""
-        return self.error is not None
-
-
-# --------------------------------------------------------------------------------------------- scopes
-
-
-def _scope_of(user_id: Any, agent_id: Any, scope: Mapping[str, Any] | None) -> Scope:
-    """The tenant keys of one call, checked (:class:`~fastrag.scoping.Scope`): identifiers that are not
-    reserved keys, with values that are non-empty str or signed 64-bit int (never bool or float);
-    ``user_id``/``agent_id`` must agree with ``scope`` in type and value."""
-    merged: dict[str, Any] = {}
-    if scope is not None:
-        if not isinstance(scope, Mapping):
-            raise InvalidParameterError(f"scope must be a mapping of metadata key to value, got {scope!r}")
-        for key, value in scope.items():
-            if not isinstance(key, str) or not _KEY_RE.match(key):
-                raise InvalidParameterError(f"scope keys must be identifiers (letters, digits, _), got {key!r}")
-            if key in RESERVED_KEYS or (key in _IMPLICIT_FIELDS and _IMPLICIT_FIELDS[key] != _TENANT):
-                raise InvalidParameterError(f"scope key {key!r} is a reserved metadata key")
-            check_scope_value(key, value)
-            merged[key] = value
-    for key, value in (("user_id", user_id), ("agent_id", agent_id)):
-        if value is None:
-            continue
-        check_scope_value(key, value)
-        if key in merged and (type(merged[key]) is not type(value) or merged[key] != value):
-            raise InvalidParameterError(f"{key}={value!r} contradicts scope[{key!r}]={merged[key]!r}")
-        merged[key] = value
-    return Scope(merged)
-
-
-_check_id = check_unscoped_id  # a knowledge base never writes an id that looks scoped (fastrag.scoping)
-
-
-def _check_stamped_keys(doc: Document) -> None:
-    for key in _STAMPED_KEYS:
-        if key in doc.metadata:
-            raise InvalidParameterError(
-                f"document {doc.id!r} has metadata key {key!r}, which fastrag's ranking stages set on the copies "
-                "they return; remove it before writing (a search result's score, rank and branches are not data)"
-            )
-
-
-_ScopedStore = ScopedStore  # one call's view of a store: fastrag.scoping's one scoped view
-
-
-# --------------------------------------------------------------------------------------------- fields
-
-
-def _check_fields_declaration(fields: Mapping[str, str] | None) -> dict[str, str] | None:
-    if fields is None:
-        return None
-    if not isinstance(fields, Mapping):
-        raise ConfigurationError(f"fields must be a mapping of field name to type, got {fields!r}")
-    declared: dict[str, str] = {}
-    for name, kind in fields.items():
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError(f"field names must be non-empty strings, got {name!r}")
-        if kind not in FIELD_TYPES:
-            raise ConfigurationError(f"field {name!r}: unknown type {kind!r}; expected one of {', '.join(FIELD_TYPES)}")
-        if name in RESERVED_KEYS and name not in _IMPLICIT_FIELDS:
-            raise ConfigurationError(f"field {name!r} is a reserved metadata key set by fastrag's stages")
-        implicit = _IMPLICIT_FIELDS.get(name)
-        if implicit is not None and implicit != kind and not (implicit == _TENANT and kind in ("string", "long")):
-            raise ConfigurationError(f"field {name!r} is built in with type {implicit!r}, not {kind!r}")
-        declared[name] = kind
-    return {**_IMPLICIT_FIELDS, **declared}
-
-
-def _value_fits(kind: str, value: Any) -> bool:
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "long":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "double":
-        return _is_number(value) and math.isfinite(value)
-    if kind == "date":
-        return isinstance(value, str) and parse_date(value) is not None
-    if kind == "list":
-        return isinstance(value, list | tuple)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    return isinstance(value, str | int) and not isinstance(value, bool)  # tenant
-
-
-_KIND_WORDS = {
-    "string": "a string",
-    "long": "an integer",
-    "double": "a finite number",
-    "date": "an ISO-8601 date string",
-    "list": "a list",
-    "boolean": "true or false",
-    _TENANT: "a string or an integer",
-}
-
-
-def _check_document_fields(doc: Document, fields: Mapping[str, str]) -> None:
-    for key, value in doc.metadata.items():
-        kind = fields.get(key)
-        if kind is None:
-            continue
-        if not _value_fits(kind, value):
-            raise InvalidParameterError(
-                f"document {doc.id!r}: field {key!r} is declared {kind if kind != _TENANT else 'a tenant key'} "
-                f"and must be {_KIND_WORDS[kind]}, got {value!r}"
-            )
-
-
-def _check_filter_fields(node: Filter, fields: Mapping[str, str]) -> None:
-    """Check a filter against the declared fields; raise FilterError naming the node's path."""
-    for path, comparison in comparisons(node):
-        _check_comparison_fields(comparison, fields, path)
-
-
-def _check_comparison_fields(node: Comparison, fields: Mapping[str, str], path: str) -> None:
-    op, key, value = node.operator, node.key, node.value
-    here = f"{path}.{op}"
-    kind = fields.get(key)
-    if kind is None:
-        declared = sorted(k for k in fields if k not in _IMPLICIT_FIELDS)
-        builtin = sorted(_IMPLICIT_FIELDS)
-        raise FilterError(
-            f"field {key!r} is not declared; declared fields: {declared}; built-in: {builtin}", path=f"{here}.key"
-        )
-    label = "a tenant key" if kind == _TENANT else f"a {kind} field"
-    if op in RANGE_OPERATORS:
-        if kind in ("long", "double"):
-            if not _is_number(value):
-                raise FilterError(f"{op} on {label} ({key!r}) needs a number, got {value!r}", path=f"{here}.value")
-            if kind == "long" and isinstance(value, float) and not value.is_integer():
-                raise FilterError(
-                    f"{op} on {label} ({key!r}) needs an integer (a whole number), got {value!r}", path=f"{here}.value"
-                )
-        elif kind == "date":
-            if not isinstance(value, str):
-                raise FilterError(f"{op} on {label} ({key!r}) needs an ISO-8601 date, got {value!r}", path=f"{here}.value")
-        else:
-            raise FilterError(
-                f"{op} is a range operator; {key!r} is {label}: ranges apply to long, double and date fields",
-                path=here,
-            )
-        return
-    if op in ("startsWith", "stringContains"):
-        if kind != "string":
-            raise FilterError(f"{op} applies to string fields; {key!r} is {label}", path=here)
-        return
-    if op == "listContains":
-        if kind != "list":
-            raise FilterError(f"listContains applies to list fields; {key!r} is {label}", path=here)
-        return
-    # equals, notEquals, in, notIn
-    if kind == "list":
-        raise FilterError(f"{op} never matches a list field ({key!r}); use listContains", path=here)
-    items = list(value) if op in SET_OPERATORS else [value]
-    for i, item in enumerate(items):
-        if not _value_fits(kind, item) or (kind == "double" and isinstance(item, bool)):
-            where = f"{here}.value[{i}]" if op in SET_OPERATORS else f"{here}.value"
-            raise FilterError(f"{key!r} is {label}: {op} needs {_KIND_WORDS[kind]}, got {item!r}", path=where)
-
-
-# ------------------------------------------------------------------------------------- knowledge base
 
 _CONFIG_KEYS = ("store", "lexical_store", "embedder", "sources", "fields", "require_scope")
 
@@ -476,9 +168,9 @@ class KnowledgeBase:
             raise ConfigurationError(f"on_branch_error must be 'raise' or 'partial', got {on_branch_error!r}")
         if sections is not None and not _is_section_index(sections):
             raise ConfigurationError(f"sections must be a SectionIndex, got {sections!r}")
-        self._fields = _check_fields_declaration(fields)
+        self._fields = check_fields_declaration(fields)
         self._tenant_keys: set[str] = {"user_id", "agent_id"} | {
-            name for name, kind in (self._fields or {}).items() if kind == _TENANT
+            name for name, kind in (self._fields or {}).items() if kind == TENANT_FIELD
         }
         settings = settings or SearchSettings()
         if on_branch_error is not None:
@@ -657,12 +349,6 @@ class KnowledgeBase:
         return self._embedder
 
     @property
-    def tenant_keys(self) -> frozenset[str]:
-        """The metadata keys that scope tenants here: ``user_id``, ``agent_id``, the fields declared
-        ``"tenant"`` and every key a ``scope`` has named (see the class)."""
-        return frozenset(self._tenant_keys)
-
-    @property
     def on_branch_error(self) -> str:
         """What a failed hybrid branch does by default: ``"raise"`` or ``"partial"`` (the settings' value)."""
         return self.settings.on_branch_error or "raise"
@@ -683,12 +369,12 @@ class KnowledgeBase:
         return self._lexical is not None and self._lexical is not self._store
 
     def _views(
-        self, user_id: Any, agent_id: Any, scope: Any, *, filter: Any = None  # noqa: A002
+        self, user_id: Any, agent_id: Any, scope: Any, *, filter: Any = None
     ) -> tuple[ScopedStore, ScopedStore | None]:
         """The call's views of the vector store and of the separate BM25 store (``None`` when there is
         none): :class:`~fastrag.scoping.ScopedStore` confined to the call's scope (none: unconfined, writes
         still checked for tenant keys), BM25 with the scope's own statistics where the store can."""
-        tenant = _scope_of(user_id, agent_id, scope)
+        tenant = scope_of(user_id, agent_id, scope)
         if self.require_scope and not tenant:
             raise InvalidParameterError("this knowledge base requires a scope: pass user_id=, agent_id= or scope=")
         if tenant and is_native_filter(filter):
@@ -699,10 +385,10 @@ class KnowledgeBase:
             )
         self._tenant_keys.update(tenant)
         keys = frozenset(self._tenant_keys)
-        vector = ScopedStore(self._store, tenant, tenant_keys=keys, check_document=_check_stamped_keys)
+        vector = ScopedStore(self._store, tenant, tenant_keys=keys, check_document=check_stamped_keys)
         lexical = None
         if self._separate_lexical():
-            lexical = ScopedStore(self._lexical, tenant, tenant_keys=keys, check_document=_check_stamped_keys)
+            lexical = ScopedStore(self._lexical, tenant, tenant_keys=keys, check_document=check_stamped_keys)
         return vector, lexical
 
     def _filter(self, filter: FilterLike | Any | None) -> Any:
@@ -720,7 +406,7 @@ class KnowledgeBase:
             return filter
         node = parse_filter(filter)
         if self._fields is not None and node is not None:
-            _check_filter_fields(node, self._fields)
+            check_filter_fields(node, self._fields)
         return node
 
     # ------------------------------------------------------------------------------------- writes
@@ -756,9 +442,9 @@ class KnowledgeBase:
         for doc in docs:
             if not isinstance(doc, Document):
                 raise InvalidParameterError(f"documents must be Document objects, got {doc!r}")
-            _check_id(doc.id)
+            check_id(doc.id)
             if self._fields is not None:
-                _check_document_fields(doc, self._fields)
+                check_document_fields(doc, self._fields)
         await self._opened()
         vector, lexical = self._views(user_id, agent_id, scope)
         vector.check_documents(docs)  # before anything is embedded
@@ -1077,7 +763,7 @@ class KnowledgeBase:
             InvalidParameterError: an invalid setting or scope.
         """
         SearchSettings.from_mapping(settings)  # refused now, not at the first question
-        return KnowledgeBaseRetriever(self, _scope_of(user_id, agent_id, scope), dict(settings))
+        return KnowledgeBaseRetriever(self, scope_of(user_id, agent_id, scope), dict(settings))
 
     def as_tool(
         self,
@@ -1131,7 +817,7 @@ class KnowledgeBase:
         """
         return KnowledgeBaseTool.for_knowledge_base(
             self, name=name, description=description, search_mode=search_mode, top_k=top_k,
-            max_top_k=max_top_k, scope=_scope_of(user_id, agent_id, scope), group_by=group_by,
+            max_top_k=max_top_k, scope=scope_of(user_id, agent_id, scope), group_by=group_by,
             min_score=min_score, min_relative_score=min_relative_score, min_vector_score=min_vector_score,
             min_keyword_score=min_keyword_score, **settings,
         )  # fmt: skip
@@ -1188,46 +874,6 @@ class KnowledgeBase:
         )
 
 
-class KnowledgeBaseRetriever:
-    """A :class:`~fastrag.protocols.Retriever` over a knowledge base's search (see
-    :meth:`KnowledgeBase.as_retriever`)."""
-
-    accepts_offset = True  # retrieve(..., offset=): fastrag.protocols.SupportsOffset
-
-    name = "knowledge_base"
-
-    def __init__(self, knowledge_base: KnowledgeBase, scope: Mapping[str, str | int], settings: Mapping[str, Any]) -> None:
-        self.knowledge_base = knowledge_base
-        self.scope = MappingProxyType(dict(scope))
-        self.settings = MappingProxyType(dict(settings))
-
-    async def retrieve(self, query: str, *, k: int | None = None, filter: Any = None, offset: int = 0) -> list[Document]:  # noqa: A002
-        """:meth:`KnowledgeBase.search` for ``query`` with ``top_k=k`` (``None``: the resolved ``top_k`` of these
-        settings; see there for the errors)."""
-        return await self.knowledge_base.search(query, filter=filter, scope=dict(self.scope) or None, offset=offset,
-                                                **self._with_k(k))  # fmt: skip
-
-    def _with_k(self, k: int | None) -> dict[str, Any]:
-        return {**self.settings, "top_k": k} if k is not None else dict(self.settings)
-
-    async def retrieve_result(
-        self, query: str, *, k: int | None = None, filter: Any = None, offset: int = 0  # noqa: A002
-    ) -> RetrievalResult:
-        """:meth:`KnowledgeBase.search_result` as a :class:`~fastrag.retrieval.result.RetrievalResult`."""
-        from fastrag.retrieval.result import RetrievalResult
-
-        response = await self.knowledge_base.search_result(
-            query, filter=filter, scope=dict(self.scope) or None, offset=offset, **self._with_k(k)
-        )
-        return RetrievalResult(documents=response.documents, error=response.error,
-                               failed_branches=response.failed_branches, partial=response.partial,
-                               timings=response.timings, zero_vector_branches=response.zero_vector_branches,
-                               incomplete=response.incomplete, skipped_branches=response.skipped_branches)  # fmt: skip
-
-    def __repr__(self) -> str:
-        return f"KnowledgeBaseRetriever({self.knowledge_base!r}, scope={dict(self.scope)!r}, settings={dict(self.settings)!r})"
-
-
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """What one search runs: the retriever, the settings as finally used, and what to report."""
@@ -1250,7 +896,7 @@ class _Plan:
         return [doc.ranked(score=doc.score, rank=offset + rank) for rank, doc in enumerate(kept)]
 
 
-async def _clear(view: _ScopedStore) -> int:
+async def _clear(view: ScopedStore) -> int:
     if view.scope:
         return await view.delete(filter=view.confine(None))
     store = view.store
@@ -1269,3 +915,4 @@ def _is_section_index(value: Any) -> bool:
     from fastrag.retrieval.sections import SectionIndex
 
     return isinstance(value, SectionIndex)
+
