@@ -27,7 +27,8 @@ section's ``start``/``end`` are the offsets of its body in that text, so
 carry ``parent_id``, ``headings``, ``content_hash`` and, since this module exists, :data:`SECTION_INDEX`,
 :data:`SECTION_START` and :data:`SECTION_END` (which parsed section, and the chunk's character offsets in
 its body). A chunk with those keys is resolved exactly and checked: its text must be that slice of the
-section. A chunk without them (written before those keys existed, or by other code) is matched by its
+section, or, for a heading with nothing under it (an empty body, offsets ``0, 0``), the heading itself (the
+chunker makes such a heading its section's one chunk). A chunk without them (written before those keys existed, or by other code) is matched by its
 heading path and its text: the one section under those headings whose body contains the chunk's text.
 
 **Merged chunks.** A hit whose ``metadata["merged_from"]`` (:data:`MERGED_FROM`) is a list of mappings,
@@ -937,6 +938,11 @@ def _locate(parent: ParentDocument | None, part: _Part) -> tuple[SourceSection, 
             raise not_found(f"{parent_id!r} has no section {index} under {path!r}; the document changed")
         if part.span is not None:
             start, end = part.span
+            if start == end == 0 and not section.text and content and content in section.heading:
+                # a heading with nothing under it is its own chunk (the chunker's heading chunk): its text is
+                # the heading's, which the normalised text holds on the line before the (empty) body
+                heading_start = section.start - len("\n\n") - len(section.heading) + section.heading.index(content)
+                return section, (heading_start, heading_start + len(content))
             if end > len(section.text):
                 raise not_found(
                     f"its offsets [{start}:{end}] lie past the end of section {index} ({len(section.text)} "
