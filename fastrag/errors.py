@@ -134,20 +134,20 @@ class ParserMemoryError(IngestionError):
     Attributes:
         source: the file, as named in the message.
         reason: why, in words, without the file name; names the limit and how to raise it.
-        limit: the limit, in bytes.
+        limit: the limit, in bytes; ``None`` when no limit was set and the machine's memory ran out.
     """
 
-    def __init__(self, source: str, reason: str, *, limit: int) -> None:
+    def __init__(self, source: str, reason: str, *, limit: int | None) -> None:
         super().__init__(f"{source}: {reason}")
         self.source = source
         self.reason = reason
         self.limit = limit
 
-    def __reduce__(self) -> tuple[object, tuple[str, str, int]]:
+    def __reduce__(self) -> tuple[object, tuple[str, str, int | None]]:
         return (_parser_memory_error, (self.source, self.reason, self.limit))
 
 
-def _parser_memory_error(source: str, reason: str, limit: int) -> ParserMemoryError:
+def _parser_memory_error(source: str, reason: str, limit: int | None) -> ParserMemoryError:
     """Rebuilds a pickled :class:`ParserMemoryError` (its ``limit`` is keyword-only)."""
     return ParserMemoryError(source, reason, limit=limit)
 

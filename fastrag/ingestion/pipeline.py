@@ -152,8 +152,9 @@ class IngestionReport:
         files_unchanged: files whose stored chunks already match them; nothing was written.
         files_skipped: paths found but not indexed, each with its reason in ``skipped_files``: an
             unsupported type, not a regular file (a FIFO, a device, a socket, also through a symlink), a
-            symlink loop or a broken or folder symlink, a file over the size limit, or a file with no text
-            to index (empty; the chunks of an earlier version of it are removed).
+            symlink loop or a broken or folder symlink, a file over the size limit, a PDF or Word file with no
+            text to read (encrypted, scanned) or too large for the parser's memory limit, or a file with no
+            text to index (empty; the chunks of an earlier version of it are removed).
         files_pruned: sources (files, or BEIR documents) whose chunks ``prune=True`` deleted.
         chunks_written: chunks upserted (each counted once, however many stores received it).
         errors: the files that failed to read or parse; the run went on without them and their
@@ -612,7 +613,7 @@ class IngestionPipeline:
         language = self._language
         if self._detector is not None:
             start = "".join(head).rstrip() if wanted > 0 else "".join(head)  # the whole text: stripped, as parsed
-            text = "\n".join([parsed.title, start]) if start else parsed.title
+            text = f"{parsed.title}\n{start}" if start else parsed.title
             language = self._detector.detect(text[:_DETECT_CHARS])
         documents = self._documents(parsed, chunks, hasher.hexdigest(), language)
         return hasher.hexdigest(), documents, [f"{uri}#{len(documents)}"], []

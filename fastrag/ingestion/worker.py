@@ -144,7 +144,9 @@ class ParserProcess:
         if restart:
             await self._kill(reap=True)  # it exits after such a reply; the next file gets a fresh one
         if status == "too-large":
-            assert self._memory_limit is not None
+            if self._memory_limit is None:  # no limit of ours: the machine's memory ran out
+                raise ParserMemoryError(source_uri, f"too large to parse in the memory available: {payload}; skipped",
+                                        limit=None)
             raise ParserMemoryError(
                 source_uri,
                 f"too large for the parser's memory limit ({_size(self._memory_limit)}; raise it with "
@@ -270,8 +272,10 @@ def main() -> None:
     limit = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever a library prints goes to stderr, never into the replies
-    _import_parsers()  # before the limit is set: it is for what parsing one file takes, not for the libraries
-    held = _limit_memory(limit) if limit > 0 else None
+    held = None
+    if limit > 0:
+        _import_parsers()  # before the limit is set: it is for what parsing one file takes, not for the libraries
+        held = _limit_memory(limit)
     source = sys.stdin.buffer
     while True:
         meta = _read_message(source)
