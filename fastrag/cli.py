@@ -217,13 +217,16 @@ def main() -> None:
                    'Lingua (pip install "fastrag-retrieval[language]").')
 @click.option("--max-file-size", "max_file_size", default="100MiB", show_default=True, metavar="SIZE",
               help="Skip (and name) files larger than this: bytes, or with a unit (KB, MB, GB, KiB, MiB, GiB).")
+@click.option("--parse-memory-limit", "parse_memory_limit", default="2GiB", show_default=True, metavar="SIZE",
+              help="Memory one PDF or Word file may take to parse (its worker process's limit, on Linux); a file "
+                   "that needs more is skipped and named as too large ('none': no limit).")
 @click.option("--verbose", "-v", is_flag=True, help="Name every skipped file with the reason.")
 @click.option("--lock-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to wait while another `fastrag index` writes to the same SQLite store; then exit 3.")
 @_embedder_options
 def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, embedding_cache: str | None,
           chunk_size: int, chunk_overlap: int | None, prune: bool, lexical_store_url: str | None,
-          language: str | None, max_file_size: str, verbose: bool, lock_timeout: float,
+          language: str | None, max_file_size: str, parse_memory_limit: str, verbose: bool, lock_timeout: float,
           embedder_options: dict[str, Any]) -> None:
     """Index .txt, .md, .html, .pdf, .docx files and BEIR corpus.jsonl files under PATHS (folders are walked).
 
@@ -232,7 +235,8 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
     read (malformed or truncated, or its extra missing) is named with the reason and counted as failed
     (exit 1), and the run goes on.
     Only regular files are read: FIFOs, devices, sockets, symlink loops, broken symlinks and symlinks to
-    folders are skipped, as are unsupported types, empty files and files over --max-file-size; the summary
+    folders are skipped, as are unsupported types, empty files, files over --max-file-size and PDF or Word
+    files that need more memory to parse than --parse-memory-limit; the summary
     names each skipped path and why (the first 20; --verbose names all). Files deleted since they were
     indexed stay searchable until a run with --prune; the summary says when there are some.
 
@@ -253,6 +257,8 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
     # a new SQLite store of one language analyses in it (Snowball's stopwords): decided before it exists
     analyzer = new_store_analyzer(settings, language_options.get("language"))
     max_file_bytes = _parse_size(max_file_size)
+    memory_limit = (None if parse_memory_limit.strip().lower() == "none"
+                    else _parse_size(parse_memory_limit, option="--parse-memory-limit"))
     cache_note: list[str] = []
 
     async def go() -> Any:
@@ -269,7 +275,8 @@ def index(paths: tuple[Path, ...], store_url: str | None, model: str | None, emb
                 cache = await stack.enter_async_context(EmbeddingCache(cache_path))
                 embedder = CachedEmbedder(embedder, cache)
             pipeline = IngestionPipeline(embedder=embedder, vector_store=store, lexical_store=lexical,
-                                         chunker=chunker, max_file_bytes=max_file_bytes, **language_options)
+                                         chunker=chunker, max_file_bytes=max_file_bytes,
+                                         parse_memory_limit=memory_limit, **language_options)
             # finding deleted files reads every stored chunk's metadata: done below a size where it is cheap
             check_deleted = not prune and await store.count() <= _DELETED_CHECK_MAX_CHUNKS
             report = await pipeline.run(list(paths), prune=prune, report_deleted=check_deleted)
@@ -455,14 +462,14 @@ _DELETED_CHECK_MAX_CHUNKS = 200_000  # above this, `index` does not scan the sto
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
 
 
-def _parse_size(text: str) -> int:
-    """``"100MiB"`` -> bytes; a bad size is a usage error (exit 2)."""
+def _parse_size(text: str, *, option: str = "--max-file-size") -> int:
+    """``"100MiB"`` -> bytes; a bad size is a usage error (exit 2) naming ``option``."""
     import re
 
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _SIZE_UNITS or float(match.group(1)) * _SIZE_UNITS[unit] < 1:
-        raise click.BadParameter(f"{text!r} is not a size such as 500000, 20MB or 1GiB", param_hint="--max-file-size")
+        raise click.BadParameter(f"{text!r} is not a size such as 500000, 20MB or 1GiB", param_hint=option)
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 

@@ -17,7 +17,8 @@ a backend SDK type.
     ├── ConfigurationError (ValueError)        bad store URL or settings; missing optional extra
     ├── DimensionMismatchError (ValueError)    vector width differs from the store's
     ├── IngestionError                         a file could not be read or parsed
-    │   └── NoTextError                        a sound file with no text to read: encrypted, scanned
+    │   ├── NoTextError                        a sound file with no text to read: encrypted, scanned
+    │   └── ParserMemoryError                  a file needs more memory to parse than the parser's limit
     ├── SectionNotFoundError (LookupError)     a hit's parent document or section is not in a SectionIndex
     ├── EmbeddingError                         the embedding model failed
     ├── RerankerError                          a local reranker failed, or a reranker returned a bad result
@@ -56,6 +57,7 @@ __all__ = [
     "IngestionError",
     "InvalidParameterError",
     "NoTextError",
+    "ParserMemoryError",
     "RateLimitError",
     "ReadOnlyStoreError",
     "RegexTimeoutError",
@@ -148,6 +150,32 @@ class NoTextError(IngestionError):
 
     def __reduce__(self) -> tuple[type, tuple[str, str]]:
         return (type(self), (self.source, self.reason))
+
+
+class ParserMemoryError(IngestionError):
+    """A file needs more memory to parse than the parser's memory limit allows (a Word file whose XML
+    unpacks to hundreds of megabytes). The ingestion pipeline skips it and names it with the reason
+    (``IngestionReport.skipped_files``); it is never reported as malformed.
+
+    Attributes:
+        source: the file, as named in the message.
+        reason: why, in words, without the file name; names the limit and how to raise it.
+        limit: the limit, in bytes; ``None`` when no limit was set and the machine's memory ran out.
+    """
+
+    def __init__(self, source: str, reason: str, *, limit: int | None) -> None:
+        super().__init__(f"{source}: {reason}")
+        self.source = source
+        self.reason = reason
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[object, tuple[str, str, int | None]]:
+        return (_parser_memory_error, (self.source, self.reason, self.limit))
+
+
+def _parser_memory_error(source: str, reason: str, limit: int | None) -> ParserMemoryError:
+    """Rebuilds a pickled :class:`ParserMemoryError` (its ``limit`` is keyword-only)."""
+    return ParserMemoryError(source, reason, limit=limit)
 
 
 class SectionNotFoundError(FastragError, LookupError):

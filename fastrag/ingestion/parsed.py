@@ -6,9 +6,10 @@ Its own module so that the format readers (:mod:`fastrag.ingestion.parsers` for 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["ParsedDocument", "Section"]
+__all__ = ["ParsedDocument", "Section", "kept_sections"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +20,9 @@ class Section:
         heading_path: the headings above this text, outermost first (``("Guide", "Install")``);
             empty for text before the first heading or in a file without headings.
         text: the section's body; paragraphs are separated by blank lines. Never contains the
-            heading itself.
+            heading itself. Empty only for a heading with nothing under it, neither text nor a subheading
+            (the sections the parsers keep: ``kept_sections`` in this module): the chunker then makes the
+            heading itself its one chunk.
         page: the 1-based page of a paginated source (PDF) this text is on, else ``None``; the
             ingestion pipeline records it on each chunk as metadata ``page``.
     """
@@ -51,3 +54,26 @@ class ParsedDocument:
         object.__setattr__(self, "sections", tuple(self.sections))
         if not self.id:
             object.__setattr__(self, "id", self.source_uri)
+
+
+def kept_sections(sections: Iterable[tuple[tuple[str, ...], str]]) -> tuple[Section, ...]:
+    """The sections a parser keeps, from its ``(heading path, body)`` pairs in reading order.
+
+    A section with a non-blank body is kept as it is. One with a blank body is kept, with an empty body,
+    when it is a heading with nothing under it: its own heading is not blank and the next section is not
+    nested under it (a document holding only ``# Quarterly merger plan``, or ``## Agenda`` directly followed
+    by ``## Minutes``), so that the heading is indexed as text. An enclosing heading with no body of its
+    own (``# Guide`` directly followed by ``## Install``) is dropped: it is on the heading path of every
+    section under it. Text without a heading that is blank is dropped.
+    """
+    pairs = list(sections)
+    kept: list[Section] = []
+    for position, (path, body) in enumerate(pairs):
+        if body.strip():
+            kept.append(Section(heading_path=path, text=body))
+            continue
+        following = pairs[position + 1][0] if position + 1 < len(pairs) else ()
+        encloses_next = len(following) > len(path) and following[: len(path)] == path
+        if path and path[-1].strip() and not encloses_next:
+            kept.append(Section(heading_path=path, text=""))
+    return tuple(kept)

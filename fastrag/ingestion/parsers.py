@@ -31,9 +31,10 @@ UTF-8 (a byte-order mark is allowed). Any other file name is unsupported (:func:
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from enum import Enum
 from html.parser import HTMLParser
 from pathlib import PurePath
@@ -42,7 +43,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from fastrag.errors import IngestionError
-from fastrag.ingestion.parsed import ParsedDocument, Section
+from fastrag.ingestion.parsed import ParsedDocument, Section, kept_sections
 
 __all__ = [
     "BEIR_CORPUS_NAME",
@@ -52,6 +53,7 @@ __all__ = [
     "Section",
     "decode_utf8",
     "file_kind",
+    "iter_text",
     "parse",
     "parse_beir_corpus",
     "parse_html",
@@ -114,6 +116,51 @@ def decode_utf8(data: bytes, *, source: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def iter_text(blocks: Iterable[bytes], *, source: str) -> Iterator[str]:
+    """Decode UTF-8 arriving in blocks, as :func:`decode_utf8` decodes it whole: the text in pieces (an
+    optional byte-order mark dropped, ``\\r\\n`` and ``\\r`` made ``\\n``), holding one block at a time.
+
+    Raises:
+        IngestionError: the bytes are not UTF-8; the message names ``source``, the offending byte and its
+            offset in the file.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0  # bytes of the file before the block being decoded
+    head = b""  # the first bytes, until it is known whether they are a byte-order mark
+    carry = ""  # a "\r" at the end of a piece, which may be the first half of "\r\n"
+    started = False
+
+    def decode(block: bytes, final: bool) -> str:
+        nonlocal offset, carry
+        buffered = decoder.getstate()[0]
+        try:
+            text = decoder.decode(block, final)
+        except UnicodeDecodeError as exc:
+            data = buffered + block
+            raise IngestionError(
+                f"{source}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset "
+                f"{offset - len(buffered) + exc.start}); re-encode the file as UTF-8"
+            ) from exc
+        offset += len(block)
+        text, carry = carry + text, ""
+        if text.endswith("\r") and not final:
+            text, carry = text[:-1], "\r"
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+
+    for block in blocks:
+        if not started:
+            head += block
+            if len(head) < len(codecs.BOM_UTF8):
+                continue
+            started, block = True, head
+            if block.startswith(codecs.BOM_UTF8):
+                block, offset = block[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
+        if text := decode(block, False):
+            yield text
+    if text := decode(b"" if started else head, True):
+        yield text
+
+
 def parse(data: bytes, *, source_uri: str, kind: FileKind | None = None) -> list[ParsedDocument]:
     """Parse a file's bytes into documents (one, or one per line of a BEIR corpus).
 
@@ -164,7 +211,8 @@ def parse_text(text: str, *, source_uri: str, title: str) -> ParsedDocument:
 
 
 def _non_empty(sections: Sequence[tuple[tuple[str, ...], str]]) -> tuple[Section, ...]:
-    return tuple(Section(heading_path=path, text=body) for path, body in sections if body.strip())
+    """Sections with text, and headings with nothing under them (:func:`~fastrag.ingestion.parsed.kept_sections`)."""
+    return kept_sections(sections)
 
 
 # --------------------------------------------------------------------------------------- markdown

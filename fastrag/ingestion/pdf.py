@@ -64,6 +64,7 @@ def parse_pdf(data: bytes, *, source_uri: str, notes: list[str] | None = None) -
         NoTextError: the file is encrypted and needs a password, or it has no text layer.
         IngestionError: pypdf is not installed (the message gives the ``pip install`` line); the file is
             malformed or truncated.
+        MemoryError: the parser ran out of memory (the file is not malformed for that).
     """
     try:
         from pypdf import PdfReader
@@ -95,7 +96,7 @@ def parse_pdf(data: bytes, *, source_uri: str, notes: list[str] | None = None) -
             else:
                 empty.append(number)
         title = _title(reader, source_uri)
-    except IngestionError:
+    except (IngestionError, MemoryError):  # out of memory is no damage: the worker reports it as too large
         raise
     except FileNotDecryptedError as exc:
         raise NoTextError(source_uri, "encrypted PDF that needs a password") from exc

@@ -22,10 +22,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 import anyio
@@ -48,11 +48,24 @@ from rich.progress import (
 from rich.text import Text
 
 from fastrag.analysis import language_code
-from fastrag.errors import ConfigurationError, FastragError, IngestionError, InvalidParameterError, NoTextError
+from fastrag.errors import (
+    ConfigurationError,
+    FastragError,
+    IngestionError,
+    InvalidParameterError,
+    NoTextError,
+    ParserMemoryError,
+)
 from fastrag.filters import Filter
 from fastrag.filters import field as filter_field
-from fastrag.ingestion.chunking import Chunker
-from fastrag.ingestion.parsers import BINARY_KINDS, FileKind, ParsedDocument, parse
+from fastrag.ingestion.chunking import Chunk, Chunker
+from fastrag.ingestion.parsers import (
+    BINARY_KINDS,
+    FileKind,
+    ParsedDocument,
+    iter_text,
+    parse,
+)
 from fastrag.ingestion.sources import (
     DEFAULT_MAX_FILE_BYTES,
     SkipFile,
@@ -60,11 +73,12 @@ from fastrag.ingestion.sources import (
     Source,
     discover,
     printable_path,
+    read_blocks,
     read_source,
     source_uri_of,
 )
 from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
-from fastrag.ingestion.worker import ParserProcess
+from fastrag.ingestion.worker import MEMORY_LIMIT_ENFORCED, ParserProcess
 from fastrag.models import (
     CHUNK_INDEX,
     CONTENT_HASH,
@@ -90,13 +104,19 @@ from fastrag.protocols import (
 if TYPE_CHECKING:  # the section index is handed in; ingestion never imports fastrag.sections (it imports us)
     from fastrag.sections import SectionIndex
 
-__all__ = ["CHUNKER", "HEADINGS", "IngestionFailure", "IngestionPipeline", "IngestionReport", "SkippedFile",
-           "source_uri_of"]
+__all__ = ["CHUNKER", "DEFAULT_PARSE_MEMORY_LIMIT", "DEFAULT_PARSE_TIMEOUT", "HEADINGS", "IngestionFailure",
+           "IngestionPipeline", "IngestionReport", "SkippedFile", "source_uri_of"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PARSE_TIMEOUT = 120.0
 """Seconds one PDF or DOCX file may take to parse by default."""
+
+DEFAULT_PARSE_MEMORY_LIMIT = 2 * 1024**3
+"""Bytes of memory one PDF or DOCX file may take to parse by default (2 GiB). Measured here: a ``.docx``
+whose ``document.xml`` holds 30 MB of XML (600,000 paragraphs) peaks at about 370 MB in the parser, so 2 GiB
+admits Word XML up to roughly 170 MB, far beyond real documents (a 500-page report's is a few MB), while a
+1.8 MB file unpacking to 600 MB of XML (which took 9.7 GB) is refused."""
 
 _DETECT_CHARS = 2_000  # characters of a document its language is detected from (a paragraph settles it)
 _ID_BATCH = 500  # ids per get/delete call, well under every backend's limit on query size
@@ -133,8 +153,9 @@ class IngestionReport:
         files_unchanged: files whose stored chunks already match them; nothing was written.
         files_skipped: paths found but not indexed, each with its reason in ``skipped_files``: an
             unsupported type, not a regular file (a FIFO, a device, a socket, also through a symlink), a
-            symlink loop or a broken or folder symlink, a file over the size limit, or a file with no text
-            to index (empty; the chunks of an earlier version of it are removed).
+            symlink loop or a broken or folder symlink, a file over the size limit, a PDF or Word file with no
+            text to read (encrypted, scanned) or too large for the parser's memory limit, or a file with no
+            text to index (empty; the chunks of an earlier version of it are removed).
         files_pruned: sources (files, or BEIR documents) whose chunks ``prune=True`` deleted.
         chunks_written: chunks upserted (each counted once, however many stores received it).
         errors: the files that failed to read or parse; the run went on without them and their
@@ -208,7 +229,7 @@ class _Run:
     root_prefixes: set[str] = field(default_factory=set)
     root_uris: set[str] = field(default_factory=set)
     # chunks waiting to be embedded, and the sources to sweep once all their chunks are written
-    pending: list[tuple[Document, str]] = field(default_factory=list)
+    pending: list[Document] = field(default_factory=list)
     completed: list[Filter] = field(default_factory=list)
     # the child process that parses PDF and DOCX files, started by the first one
     parser: ParserProcess | None = None
@@ -286,6 +307,15 @@ class IngestionPipeline:
             run), which is killed at the limit: a file
             that would make a parser loop or stall is recorded in :attr:`IngestionReport.errors` and
             skipped, and the run goes on. Text formats are parsed in a thread, without these limits.
+        parse_memory_limit: bytes of memory one PDF or DOCX file may take to parse in the worker process
+            (default 2 GiB, :data:`DEFAULT_PARSE_MEMORY_LIMIT`), on top of what the worker holds after
+            start-up (about 65 MB); ``None`` for no limit. A file that needs more (a DOCX whose XML
+            unpacks to hundreds of MB) is skipped as too large for it, named with the reason
+            (:attr:`IngestionReport.skipped_files`, :class:`~fastrag.errors.ParserMemoryError`), never
+            reported as malformed. Enforced on Linux (``RLIMIT_AS``); elsewhere the run's
+            :attr:`IngestionReport.warnings` say it is not. Plain ``.txt`` files are read and chunked
+            block by block instead, holding about one chunk's text and a 1 MiB block, besides the
+            chunks themselves (unless ``sections`` is given, which keeps the whole text).
 
         language: stamp ``metadata["language"] = language`` (an ISO 639-1 code) on every chunk, so
             stores that analyse text per language (the SQLite store) stem it in that language.
@@ -297,8 +327,9 @@ class IngestionPipeline:
     (or a detector that now decides otherwise) rewrites the file's chunks.
 
     Raises:
-        InvalidParameterError: ``batch_size``, ``max_file_bytes`` or ``parse_timeout`` is not positive;
-            ``language`` is not a language code, ``language_detector`` has no ``detect``, or both are given.
+        InvalidParameterError: ``batch_size``, ``max_file_bytes``, ``parse_timeout`` or
+            ``parse_memory_limit`` is not positive; ``language`` is not a language code,
+            ``language_detector`` has no ``detect``, or both are given.
     """
 
     def __init__(
@@ -314,6 +345,7 @@ class IngestionPipeline:
         embedding_cache: EmbeddingCache | None = None,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         parse_timeout: float = DEFAULT_PARSE_TIMEOUT,
+        parse_memory_limit: int | None = DEFAULT_PARSE_MEMORY_LIMIT,
         language: str | None = None,
         language_detector: LanguageDetector | None = None,
     ) -> None:
@@ -338,8 +370,15 @@ class IngestionPipeline:
             or not 0 < parse_timeout < float("inf")
         ):
             raise InvalidParameterError(f"parse_timeout must be a positive number of seconds, got {parse_timeout!r}")
+        if parse_memory_limit is not None and (
+            isinstance(parse_memory_limit, bool) or not isinstance(parse_memory_limit, int) or parse_memory_limit <= 0
+        ):
+            raise InvalidParameterError(
+                f"parse_memory_limit must be a positive number of bytes or None, got {parse_memory_limit!r}"
+            )
         self._max_file_bytes = max_file_bytes
         self._parse_timeout = float(parse_timeout)
+        self._parse_memory_limit = parse_memory_limit
         self._embedder: Embedder = embedder if embedding_cache is None else CachedEmbedder(embedder, embedding_cache)
         self._vector_store = vector_store
         self._lexical_store = None if lexical_store is vector_store else lexical_store
@@ -471,6 +510,10 @@ class IngestionPipeline:
         except NoTextError as exc:  # sound, but no text to read without help (encrypted, scanned): skipped
             state.skipped.append(SkippedFile(printable_path(source.path), exc.reason))
             return
+        except ParserMemoryError as exc:  # sound as far as we know, but too large to parse within the limit
+            logger.warning("ingestion: %s", exc)
+            state.skipped.append(SkippedFile(printable_path(source.path), exc.reason))
+            return
         except IngestionError as exc:
             logger.warning("ingestion: %s", exc)
             state.errors.append(IngestionFailure(path=printable_path(source.path), message=str(exc)))
@@ -497,7 +540,7 @@ class IngestionPipeline:
             # killed part-way leaves each document with all of its new chunks or none of them
             if state.pending and len(state.pending) + len(group) > self._batch_size:
                 await self._flush(state, send)
-            state.pending.extend((document, _embedding_text(document)) for document in group)
+            state.pending.extend(group)
             if len(state.pending) >= self._batch_size:
                 await self._flush(state, send)
         # new chunks overwrite old ones by id, so only a source that had more chunks leaves some behind;
@@ -517,15 +560,64 @@ class IngestionPipeline:
             SkipFile: not a regular file (any more), or over the size limit.
             IngestionError: unreadable, or the parser failed; the message names the file.
         """
-        data = read_source(source, max_file_bytes=self._max_file_bytes)
-        content_hash = hashlib.sha256(data).hexdigest()
         try:
+            if source.kind is FileKind.TEXT and self._sections is None and self._streams_text:
+                return self._stream_text(source)
+            data = read_source(source, max_file_bytes=self._max_file_bytes)
+            content_hash = hashlib.sha256(data).hexdigest()
             parsed_documents = parse(data, source_uri=source.source_uri, kind=source.kind)
             return (content_hash, *self._chunk_all(parsed_documents, content_hash))
-        except IngestionError:
+        except (IngestionError, SkipFile):
             raise
         except Exception as exc:  # a parser or chunker bug on one hostile file must not stop the run
             raise IngestionError(f"{source.source_uri}: cannot parse ({type(exc).__name__}: {exc})") from exc
+
+    @property
+    def _streams_text(self) -> bool:
+        """Whether plain text can be cut as it is read: the chunker cuts as :class:`Chunker` does."""
+        kind = type(self._chunker)
+        return all(getattr(kind, name) is getattr(Chunker, name) for name in ("chunk", "chunk_section", "split_text",
+                                                                                 "chunk_stream"))
+
+    def _stream_text(self, source: Source) -> tuple[str, list[Document], list[str], list[ParsedDocument]]:
+        """Read, hash, decode and chunk a plain-text file block by block: the chunks
+        :func:`~fastrag.ingestion.parsers.parse_text` and the chunker give for the whole file, holding one
+        block and about one chunk of its text at a time (a 60 MB file peaked at 1.9 GB before, read whole and
+        cut with lists of every word boundary of a paragraph). No parsed document is returned: nothing keeps
+        the whole text (with a ``SectionIndex`` the file is read whole instead)."""
+        uri = source.source_uri
+        hasher = hashlib.sha256()
+        head: list[str] = []  # the first characters, for the language detector
+        wanted = _DETECT_CHARS if self._detector is not None else 0
+
+        def hashed() -> Iterator[bytes]:
+            for block in read_blocks(source, max_file_bytes=self._max_file_bytes):
+                hasher.update(block)
+                yield block
+
+        def body() -> Iterator[str]:  # the text without its leading whitespace, as parse_text strips it
+            nonlocal wanted
+            started = False
+            for piece in iter_text(hashed(), source=uri):
+                if not started:
+                    piece = piece.lstrip()
+                    if not piece:
+                        continue
+                    started = True
+                if wanted > 0:
+                    head.append(piece[:wanted])
+                    wanted -= len(head[-1])
+                yield piece
+
+        parsed = ParsedDocument(source_uri=uri, title=PurePath(uri).stem, sections=())
+        chunks = list(self._chunker.chunk_stream(body()))
+        language = self._language
+        if self._detector is not None:
+            start = "".join(head).rstrip() if wanted > 0 else "".join(head)  # the whole text: stripped, as parsed
+            text = f"{parsed.title}\n{start}" if start else parsed.title
+            language = self._detector.detect(text[:_DETECT_CHARS])
+        documents = self._documents(parsed, chunks, hasher.hexdigest(), language)
+        return hasher.hexdigest(), documents, [f"{uri}#{len(documents)}"], []
 
     def _chunk_all(
         self, parsed_documents: list[ParsedDocument], content_hash: str
@@ -546,7 +638,12 @@ class IngestionPipeline:
         data = await anyio.to_thread.run_sync(partial(read_source, source, max_file_bytes=self._max_file_bytes))
         content_hash = hashlib.sha256(data).hexdigest()
         if state.parser is None:
-            state.parser = ParserProcess(timeout=self._parse_timeout)
+            state.parser = ParserProcess(timeout=self._parse_timeout, memory_limit=self._parse_memory_limit)
+            if self._parse_memory_limit is not None and not MEMORY_LIMIT_ENFORCED:
+                note = (f"the parser's memory limit (parse_memory_limit) is not enforced on {sys.platform}: "
+                        "it needs Linux's RLIMIT_AS; PDF and Word files are parsed without it")
+                logger.warning("ingestion: %s", note)
+                state.warnings.append(note)
         parsed, notes = await state.parser.parse(
             data, source_uri=source.source_uri, kind=source.kind, max_unpacked_bytes=10 * self._max_file_bytes
         )
@@ -563,9 +660,15 @@ class IngestionPipeline:
         return self._detector.detect(text[:_DETECT_CHARS])
 
     def _chunk_documents(self, parsed: ParsedDocument, content_hash: str) -> list[Document]:
-        documents: list[Document] = []
         language = self._language_of(parsed) if (self._language or self._detector) else None
-        for index, chunk in enumerate(self._chunker.chunk(parsed)):
+        return self._documents(parsed, self._chunker.chunk(parsed), content_hash, language)
+
+    def _documents(
+        self, parsed: ParsedDocument, chunks: Iterable[Chunk], content_hash: str, language: str | None
+    ) -> list[Document]:
+        """The stored form of ``parsed``'s chunks (a parsed document without sections has no pages)."""
+        documents: list[Document] = []
+        for index, chunk in enumerate(chunks):
             metadata = {
                 SOURCE_URI: parsed.source_uri,
                 TITLE: parsed.title,
@@ -578,7 +681,7 @@ class IngestionPipeline:
                 SECTION_START: chunk.start,
                 SECTION_END: chunk.end,
             }
-            page = parsed.sections[chunk.section_index].page
+            page = parsed.sections[chunk.section_index].page if parsed.sections else None
             if page is not None:
                 metadata[PAGE] = page
             if language is not None:
@@ -619,14 +722,13 @@ class IngestionPipeline:
 
     async def _flush(self, state: _Run, send: MemoryObjectSendStream[_Batch]) -> None:
         """Embed the pending chunks and queue them, with the files they complete, for the writer."""
-        documents = tuple(doc for doc, _ in state.pending)
-        texts = [text for _, text in state.pending]
+        documents = tuple(state.pending)
         completed = tuple(state.completed)
         state.pending.clear()
         state.completed.clear()
         if not documents and not completed:
             return
-        embeddings = await self._embed(texts, state) if documents else None
+        embeddings = await self._embed(documents, state) if documents else None
         if embeddings is not None and len(documents):
             zero = int(np.count_nonzero(~np.asarray(embeddings).any(axis=1)))
             if zero:
@@ -641,13 +743,15 @@ class IngestionPipeline:
                 state.languages[key] = state.languages.get(key, 0) + 1
         await send.send(_Batch(documents=documents, embeddings=embeddings, completed=completed))
 
-    async def _embed(self, texts: list[str], state: _Run) -> np.ndarray:
-        """Embed ``texts``; a batch larger than :data:`_EMBED_SLICE` (one large file's chunks travel in one
-        batch) is embedded slice by slice, so the progress bar's chunk count moves during a large file."""
+    async def _embed(self, documents: Sequence[Document], state: _Run) -> np.ndarray:
+        """Embed ``documents``; a batch larger than :data:`_EMBED_SLICE` (one large file's chunks travel in one
+        batch) is embedded slice by slice, so the progress bar's chunk count moves during a large file, and
+        only one slice's embedded texts (title and chunk) exist at a time."""
         step = max(self._batch_size, _EMBED_SLICE)
         parts = []
-        for start in range(0, len(texts), step):
-            parts.append(await self._embedder.embed_documents(texts[start : start + step]))
+        for start in range(0, len(documents), step):
+            texts = [_embedding_text(document) for document in documents[start : start + step]]
+            parts.append(await self._embedder.embed_documents(texts))
             if state.bar is not None:
                 state.bar.chunks_embedded(len(parts[-1]))
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)

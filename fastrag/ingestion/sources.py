@@ -17,8 +17,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from fastrag.errors import IngestionError
 from fastrag.ingestion.parsers import _SUFFIXES, BEIR_CORPUS_NAME, FileKind, file_kind
@@ -159,6 +161,34 @@ def read_source(source: Source, *, max_file_bytes: int) -> bytes:
         SkipFile: it is no longer a regular file, or is larger than ``max_file_bytes``.
         IngestionError: it cannot be opened or read (the message names it and says why).
     """
+    with _open_regular(source, max_file_bytes=max_file_bytes) as handle:
+        data = _read(handle, max_file_bytes + 1, source)
+    if len(data) > max_file_bytes:
+        raise SkipFile(_too_large(len(data), max_file_bytes, at_least=True))
+    return data
+
+
+def read_blocks(source: Source, *, max_file_bytes: int, block_size: int = 1 << 20) -> Iterator[bytes]:
+    """The bytes of ``source`` in blocks of at most ``block_size``, read as :func:`read_source` reads them:
+    only from a regular file, and never past ``max_file_bytes`` (a file that grows past it while being read
+    raises on the block that crosses the limit). The file is closed when the iteration ends or is dropped.
+
+    Raises:
+        SkipFile: it is no longer a regular file, or is larger than ``max_file_bytes``.
+        IngestionError: it cannot be opened or read (the message names it and says why).
+    """
+    with _open_regular(source, max_file_bytes=max_file_bytes) as handle:
+        total = 0
+        while block := _read(handle, block_size, source):
+            total += len(block)
+            if total > max_file_bytes:
+                raise SkipFile(_too_large(total, max_file_bytes, at_least=True))
+            yield block
+
+
+def _open_regular(source: Source, *, max_file_bytes: int) -> BinaryIO:
+    """``source`` opened non-blocking for reading, checked on the open descriptor to be a regular file within
+    the size limit (raises as :func:`read_source`)."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     name = printable_path(source.path)
     try:
@@ -167,19 +197,27 @@ def read_source(source: Source, *, max_file_bytes: int) -> bytes:
         if exc.errno == errno.ELOOP:
             raise SkipFile("symlink loop") from exc
         raise IngestionError(f"{name}: cannot read ({exc.strerror or exc})") from exc
+    handle = open(fd, "rb", closefd=True)  # noqa: SIM115 - returned to the caller's with-statement
     try:
-        with open(fd, "rb", closefd=True) as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise SkipFile(_not_regular(source.path, info.st_mode))
-            if info.st_size > max_file_bytes:
-                raise SkipFile(_too_large(info.st_size, max_file_bytes))
-            data = handle.read(max_file_bytes + 1)
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise SkipFile(_not_regular(source.path, info.st_mode))
+        if info.st_size > max_file_bytes:
+            raise SkipFile(_too_large(info.st_size, max_file_bytes))
     except OSError as exc:
+        handle.close()
         raise IngestionError(f"{name}: cannot read ({exc.strerror or exc})") from exc
-    if len(data) > max_file_bytes:
-        raise SkipFile(_too_large(len(data), max_file_bytes, at_least=True))
-    return data
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+def _read(handle: BinaryIO, size: int, source: Source) -> bytes:
+    try:
+        return handle.read(size)
+    except OSError as exc:
+        raise IngestionError(f"{printable_path(source.path)}: cannot read ({exc.strerror or exc})") from exc
 
 
 # ------------------------------------------------------------------------------------------ reasons

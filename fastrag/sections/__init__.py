@@ -29,7 +29,9 @@ section's ``start``/``end`` are the offsets of its body in that text, so
 carry ``parent_id``, ``headings``, ``content_hash`` and, since this module exists, :data:`~fastrag.models.SECTION_INDEX`,
 :data:`~fastrag.models.SECTION_START` and :data:`~fastrag.models.SECTION_END` (which parsed section, and the chunk's character offsets in
 its body). A chunk with those keys is resolved exactly and checked: its text must be that slice of the
-section. A chunk without them (written before those keys existed, or by other code) is matched by its
+section, or, for a heading with nothing under it (an empty body, offsets ``0, 0``), the heading itself (the
+chunker makes such a heading its section's one chunk). A chunk without them (written before those keys
+existed, or by other code) is matched by its
 heading path and its text: the one section under those headings whose body contains the chunk's text.
 
 **Merged chunks.** A hit whose ``metadata["merged_from"]`` (:data:`MERGED_FROM`) is a list of mappings,

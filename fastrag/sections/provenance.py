@@ -231,6 +231,11 @@ def locate(parent: ParentDocument | None, part: _Part) -> tuple[SourceSection, t
             raise not_found(f"{parent_id!r} has no section {index} under {path!r}; the document changed")
         if part.span is not None:
             start, end = part.span
+            if start == end == 0 and not section.text and content and content in section.heading:
+                # a heading with nothing under it is its own chunk (the chunker's heading chunk): its text is
+                # the heading's, which the normalised text holds on the line before the (empty) body
+                heading_start = section.start - len("\n\n") - len(section.heading) + section.heading.index(content)
+                return section, (heading_start, heading_start + len(content))
             if end > len(section.text):
                 raise not_found(
                     f"its offsets [{start}:{end}] lie past the end of section {index} ({len(section.text)} "
