@@ -45,18 +45,15 @@ from fastrag.vector_store.qdrant.filters import and_filters, native_filter
 from fastrag.vector_store.qdrant.schema import (
     BM25_B,
     BM25_K1,
-    CONTENT_FIELD,
     DEFAULT_COLLECTION,
     DENSE,
     ID_FIELD,
-    METADATA_FIELD,
     READ_FIELDS,
     SCHEMA_VERSION,
-    SHADOW_FIELD,
     TERMS_FIELD,
     plain_metadata,
     point_id,
-    shadow_fields,
+    point_payload,
     to_document,
 )
 
@@ -449,12 +446,7 @@ class QdrantVectorStore:
         m = self._models
         points = []
         for i, (doc, meta) in enumerate(zip(docs, metadata, strict=True)):
-            payload: dict[str, Any] = {
-                ID_FIELD: doc.id, CONTENT_FIELD: doc.content, METADATA_FIELD: meta, SHADOW_FIELD: shadow_fields(meta),
-            }
-            terms = " ".join(self._index_terms(doc)) if bm25 else ""
-            if terms:
-                payload[TERMS_FIELD] = terms
+            payload = point_payload(doc, meta, " ".join(self._index_terms(doc)) if bm25 else "")
             vector = {} if matrix is None else {DENSE: matrix[i].tolist()}
             points.append(m.PointStruct(id=point_id(doc.id), vector=vector, payload=payload))
         return points
