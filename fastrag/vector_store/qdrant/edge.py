@@ -37,7 +37,7 @@ import numpy
 
 from fastrag.errors import ConfigurationError, UnsupportedFilterError
 
-EDGE_INSTALL_HINT = 'pip install qdrant-edge-py'
+EDGE_INSTALL_HINT = 'pip install "fastrag-retrieval[qdrant-edge]"'
 
 
 def import_edge() -> Any:
