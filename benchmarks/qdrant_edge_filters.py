@@ -20,20 +20,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from test_qdrant_edge_filters import EdgeShard
 
-from fastrag.filters import dump_filter, parse_filter  # noqa: E402
-from fastrag.testing.filter_cases import FILTER_CASES, FILTER_CORPUS, filter_strategy  # noqa: E402
-from fastrag.vector_store.qdrant import edge  # noqa: E402
-from test_qdrant_edge_filters import EdgeShard  # noqa: E402
+from fastrag.filters import dump_filter, parse_filter
+from fastrag.testing.filter_cases import FILTER_CASES, FILTER_CORPUS, filter_strategy
+from fastrag.vector_store.qdrant import edge
 
 
-def _operators(node: dict) -> set[str]:
-    ((op, body),) = node.items()
-    if op in ("andAll", "orAll", "notAll"):
-        children = body if isinstance(body, list) else [body]
-        return set().union(*(_operators(c) for c in children))
-    return {f"{op}:{type(body['value']).__name__}"}
+def _generated(shard: EdgeShard, n: int, examples: list[str]) -> collections.Counter:
+    """Run ``n`` generated filters on ``shard``; count those that ran and those that disagree with ``matches``."""
+    tally: collections.Counter = collections.Counter()
+
+    @settings(max_examples=n, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(filter_json=filter_strategy(FILTER_CORPUS))
+    def run(filter_json: dict) -> None:
+        tally["ran"] += 1
+        if shard.select(filter_json) != shard.expected(filter_json):
+            tally["bad"] += 1
+            if len(examples) < 3:
+                examples.append(str(dump_filter(parse_filter(filter_json))))
+
+    run()
+    return tally
 
 
 def main() -> None:
@@ -51,19 +60,7 @@ def main() -> None:
         shard = EdgeShard(list(FILTER_CORPUS), indexed=indexed)
         try:
             table_bad = [c.name for c in FILTER_CASES if shard.select(c.filter) != c.expected_ids]
-            tally = collections.Counter()
-
-            @settings(max_examples=args.generated, deadline=None, database=None, derandomize=True,
-                      suppress_health_check=list(HealthCheck))
-            @given(filter_json=filter_strategy(FILTER_CORPUS))
-            def run(filter_json: dict) -> None:
-                tally["ran"] += 1
-                if shard.select(filter_json) != shard.expected(filter_json):
-                    tally["bad"] += 1
-                    if len(examples) < 3:
-                        examples.append(str(dump_filter(parse_filter(filter_json))))
-
-            run()
+            tally = _generated(shard, args.generated, examples)
         finally:
             shard.close()
         name = "indexed" if indexed else "plain"
