@@ -47,8 +47,9 @@ Store URLs:
 - ``opensearch://[user:password@]host[:port]/index`` (``opensearchs://`` for HTTPS):
   :class:`~fastrag.vector_store.opensearch.OpenSearchVectorStore` (extra ``opensearch``).
 - ``qdrant://host[:port]/collection`` (``qdrants://`` for HTTPS), ``qdrant+memory:///collection``,
-  ``qdrant+path:///relative/dir?collection=name``; add ``?bm25=true`` for a collection that also serves
-  BM25: :class:`~fastrag.vector_store.qdrant.QdrantVectorStore` (extra ``qdrant``).
+  ``qdrant+path:///relative/dir?collection=name``, ``qdrant+edge:///relative/dir?collection=name`` (Qdrant's
+  own engine in process, a prototype; extra ``qdrant-edge``); add ``?bm25=true`` for a collection that also
+  serves BM25: :class:`~fastrag.vector_store.qdrant.QdrantVectorStore` (extra ``qdrant``).
 - ``chroma://host[:port]/collection`` (``chroma+https://`` for TLS), ``chroma+path:///relative/dir?collection=name``
   (``chroma+path:////absolute/dir``),
   ``chroma+memory:///collection``: :class:`~fastrag.vector_store.chroma.ChromaVectorStore` (extra
@@ -343,6 +344,7 @@ _REMOTE_SCHEMES: dict[str, tuple[str, str]] = {
     "qdrants": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
     "qdrant+memory": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
     "qdrant+path": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
+    "qdrant+edge": ("fastrag.vector_store.qdrant", "QdrantVectorStore"),
     "chroma": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
     "chroma+http": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
     "chroma+https": ("fastrag.vector_store.chroma", "ChromaVectorStore"),
@@ -354,7 +356,8 @@ _REMOTE_SCHEMES: dict[str, tuple[str, str]] = {
     "postgresql": ("fastrag.vector_store.postgres", "PgVectorStore"),
     "postgres": ("fastrag.vector_store.postgres", "PgVectorStore"),
 }
-_ANALYZING_SCHEMES = frozenset({"qdrant", "qdrants", "qdrant+memory", "qdrant+path", "postgresql", "postgres"})
+_ANALYZING_SCHEMES = frozenset({"qdrant", "qdrants", "qdrant+memory", "qdrant+path", "qdrant+edge", "postgresql",
+                                "postgres"})
 """Remote schemes whose store analyses BM25 text with a fastrag :class:`~fastrag.analysis.Analyzer`."""
 
 

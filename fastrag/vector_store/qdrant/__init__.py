@@ -2,8 +2,8 @@
 
 ``QdrantVectorStore`` implements :class:`~fastrag.protocols.VectorStore` and :class:`~fastrag.protocols.SupportsGet`,
 and with ``enable_bm25=True`` also :class:`~fastrag.protocols.LexicalStore`, over a Qdrant server
-(``url=``, through ``AsyncQdrantClient``) or qdrant-client's local mode (``location=":memory:"`` or
-``path=``). ``QdrantHybridRetriever`` runs the dense and BM25 legs and their fusion (RRF or DBSF) inside
+(``url=``, through ``AsyncQdrantClient``), qdrant-client's local mode (``location=":memory:"`` or
+``path=``) or, a prototype, Qdrant Edge shards (``edge_path=``). ``QdrantHybridRetriever`` runs the dense and BM25 legs and their fusion (RRF or DBSF) inside
 Qdrant, in one Query API request, with the filter on every leg. Install with ``pip install "fastrag-retrieval[qdrant]"``;
 the SDK is imported only when a store is built or a filter translated. The docs page is
 ``docs/backends/qdrant.md``.
@@ -49,7 +49,9 @@ Design:
 
 The package: ``store.py`` (the store), ``filters.py`` (the pure filter translation), ``hybrid.py`` (the
 server-side hybrid retriever), ``schema.py`` (payload fields, point ids, the shadow fields), ``connection.py``
-(the SDK import, URLs, which SDK errors mean an outage).
+(the SDK import, URLs, which SDK errors mean an outage), ``edge.py`` (filters as Qdrant Edge objects) and
+``edge_client.py`` (the ``edge_path=`` prototype: the store's client calls served by Qdrant Edge shards,
+Qdrant's own engine in process).
 """
 
 # The names outside __all__ are importable from here as they were from the single module this package replaced.

@@ -20,8 +20,8 @@ def import_models() -> Any:
 
 
 def parse_store_url(url: str) -> dict[str, Any]:
-    """The constructor arguments a ``qdrant://``, ``qdrants://``, ``qdrant+memory://`` or ``qdrant+path://`` URL
-    names.
+    """The constructor arguments a ``qdrant://``, ``qdrants://``, ``qdrant+memory://``, ``qdrant+path://`` or
+    ``qdrant+edge://`` URL names.
 
     See :meth:`~fastrag.vector_store.qdrant.QdrantVectorStore.from_url` for the forms and options.
 
@@ -32,10 +32,10 @@ def parse_store_url(url: str) -> dict[str, Any]:
         raise ConfigurationError(f"store URL must be a string, got {url!r}")
     scheme, sep, rest = url.partition("://")
     scheme = scheme.lower()
-    if not sep or scheme not in ("qdrant", "qdrants", "qdrant+memory", "qdrant+path"):
+    if not sep or scheme not in ("qdrant", "qdrants", "qdrant+memory", "qdrant+path", "qdrant+edge"):
         raise ConfigurationError(
-            f"{url!r} is not a Qdrant URL; use qdrant://HOST:PORT/COLLECTION, qdrant+memory:///COLLECTION "
-            "or qdrant+path:///PATH?collection=NAME"
+            f"{url!r} is not a Qdrant URL; use qdrant://HOST:PORT/COLLECTION, qdrant+memory:///COLLECTION, "
+            "qdrant+path:///PATH?collection=NAME or qdrant+edge:///PATH?collection=NAME"
         )
     body, _, query = rest.partition("?")
     options = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
@@ -77,8 +77,8 @@ def parse_store_url(url: str) -> dict[str, Any]:
         args["location"] = ":memory:"
     else:
         if not body.startswith("/") or len(body) < 2:
-            raise ConfigurationError(f"{url}: write qdrant+path:///relative/dir or qdrant+path:////absolute/dir")
-        args["path"] = unquote(body[1:])
+            raise ConfigurationError(f"{url}: write {scheme}:///relative/dir or {scheme}:////absolute/dir")
+        args["edge_path" if scheme == "qdrant+edge" else "path"] = unquote(body[1:])
     if collection:
         args["collection"] = collection
     return args

@@ -96,6 +96,19 @@ def shadow_fields(metadata: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def point_payload(document: Document, metadata: dict[str, Any], terms: str = "") -> dict[str, Any]:
+    """The payload of ``document``'s point: ``{"id", "content", "metadata", "_f"}``, plus ``"_bm25"`` when
+    ``terms`` (the analysed BM25 terms, space-joined) is not empty. ``metadata`` is the output of
+    :func:`plain_metadata`. Shared by the store and the Qdrant Edge filter tests, so both hold the same points."""
+    payload: dict[str, Any] = {
+        ID_FIELD: document.id, CONTENT_FIELD: document.content, METADATA_FIELD: metadata,
+        SHADOW_FIELD: shadow_fields(metadata),
+    }
+    if terms:
+        payload[TERMS_FIELD] = terms
+    return payload
+
+
 def plain_metadata(value: Any, path: str = "metadata") -> Any:
     """JSON-ready copy of a metadata value; rejects what Qdrant cannot store faithfully."""
     if value is None or isinstance(value, bool | str):

@@ -45,18 +45,15 @@ from fastrag.vector_store.qdrant.filters import and_filters, native_filter
 from fastrag.vector_store.qdrant.schema import (
     BM25_B,
     BM25_K1,
-    CONTENT_FIELD,
     DEFAULT_COLLECTION,
     DENSE,
     ID_FIELD,
-    METADATA_FIELD,
     READ_FIELDS,
     SCHEMA_VERSION,
-    SHADOW_FIELD,
     TERMS_FIELD,
     plain_metadata,
     point_id,
-    shadow_fields,
+    point_payload,
     to_document,
 )
 
@@ -74,6 +71,9 @@ class QdrantVectorStore:
         location: ``":memory:"`` for qdrant-client's in-process local mode (gone when closed).
         path: a folder for local mode on disk. The folder is locked to one client: close a store
             before opening another on the same folder.
+        edge_path: a folder of Qdrant Edge shards (``qdrant-edge-py``: Qdrant's own engine in process), one
+            per collection; a prototype (exact search, no HNSW; see ``docs/backends/qdrant.md``). A
+            collection's shard is locked to one process.
         collection: the collection name.
         dimension: the vector width. With it the collection is created when the store opens (if
             missing); without it, on the first write, with the width of that write's embeddings. A
@@ -109,6 +109,7 @@ class QdrantVectorStore:
         url: str | None = None,
         location: str | None = None,
         path: str | Any | None = None,
+        edge_path: str | Any | None = None,
         collection: str = DEFAULT_COLLECTION,
         dimension: int | None = None,
         client: Any | None = None,
@@ -120,11 +121,12 @@ class QdrantVectorStore:
         api_key: str | None = None,
         prefer_grpc: bool = False,
     ) -> None:
-        given = [name for name, v in (("url", url), ("location", location), ("path", path), ("client", client))
-                 if v is not None]
+        given = [name for name, v in (("url", url), ("location", location), ("path", path),
+                                      ("edge_path", edge_path), ("client", client)) if v is not None]
         if len(given) != 1:
             raise ConfigurationError(
-                f"QdrantVectorStore needs exactly one of url=, location=, path= or client=, got {given or 'none'}"
+                "QdrantVectorStore needs exactly one of url=, location=, path=, edge_path= or client=, "
+                f"got {given or 'none'}"
             )
         if location is not None and location != ":memory:":
             raise ConfigurationError(f"location must be ':memory:', got {location!r}; use url= for a server")
@@ -151,7 +153,8 @@ class QdrantVectorStore:
         self._has_dense = False
         self._meta: dict[str, Any] = {}
         self._closed = False
-        where = url or location or (str(path) if path is not None else None) or f"{type(client).__name__}"
+        where = (url or location or (str(path) if path is not None else None)
+                 or (f"edge {edge_path}" if edge_path is not None else None) or f"{type(client).__name__}")
         self.name = f"qdrant {where} collection {collection!r}"
         self._owns_client = client is None
         if client is not None:
@@ -166,6 +169,13 @@ class QdrantVectorStore:
                 )
             except Exception as exc:
                 raise ConfigurationError(f"{self.name}: invalid Qdrant URL: {exc}") from exc
+        elif edge_path is not None:
+            from fastrag.vector_store.qdrant.edge_client import EdgeClient
+
+            try:
+                self._client = EdgeClient(edge_path)
+            except OSError as exc:
+                raise BackendUnavailableError(f"cannot open the Qdrant Edge folder: {exc}", store=self.name) from exc
         else:
             from qdrant_client import QdrantClient
 
@@ -189,6 +199,7 @@ class QdrantVectorStore:
             qdrant+memory:///COLLECTION            local mode in memory
             qdrant+path:///PATH?collection=NAME    local mode on disk: a relative PATH;
             qdrant+path:////PATH?collection=NAME   an absolute /PATH (as sqlite:/// URLs)
+            qdrant+edge:///PATH?collection=NAME    Qdrant Edge shards in PATH (the prototype, edge_path=)
 
         Query options, all optional: ``collection`` (for the local forms), ``bm25=true|false``,
         ``dimension=N``, ``timeout=SECONDS``, ``create=true|false``; a server's API key may be given as
@@ -449,12 +460,7 @@ class QdrantVectorStore:
         m = self._models
         points = []
         for i, (doc, meta) in enumerate(zip(docs, metadata, strict=True)):
-            payload: dict[str, Any] = {
-                ID_FIELD: doc.id, CONTENT_FIELD: doc.content, METADATA_FIELD: meta, SHADOW_FIELD: shadow_fields(meta),
-            }
-            terms = " ".join(self._index_terms(doc)) if bm25 else ""
-            if terms:
-                payload[TERMS_FIELD] = terms
+            payload = point_payload(doc, meta, " ".join(self._index_terms(doc)) if bm25 else "")
             vector = {} if matrix is None else {DENSE: matrix[i].tolist()}
             points.append(m.PointStruct(id=point_id(doc.id), vector=vector, payload=payload))
         return points
