@@ -117,7 +117,7 @@ class MilvusVectorStore:
             English analyzer: word boundaries, lower case, Snowball's English stemmer, English stopwords: the
             analysis of the SQLite store, so keyword ranking stays when the store changes); on milvus-lite 3.x
             (an emulation with only ``standard`` and ``jieba``) ``{"type": "standard"}`` (no stemming). Other
-            built-ins: :data:`~fastrag.vector_store.milvus.schema.ANALYZERS`; a custom analyzer as Milvus
+            built-ins: ``fastrag.vector_store.milvus.schema.ANALYZERS``; a custom analyzer as Milvus
             documents it. An existing collection keeps the analyzer it was created with (read from its BM25
             field, so one created with ``standard`` before this default stays ``standard``); given
             explicitly, it must be that one.
@@ -235,7 +235,7 @@ class MilvusVectorStore:
     @property
     def analyzer_params(self) -> dict[str, Any] | None:
         """The BM25 analyzer: once open, the collection's (as it recorded it; ``None`` without BM25); before,
-        the one given (``None``: the default, :data:`~fastrag.vector_store.milvus.schema.DEFAULT_ANALYZER`)."""
+        the one given (``None``: the default, ``fastrag.vector_store.milvus.schema.DEFAULT_ANALYZER``)."""
         return dict(self._analyzer_params) if self._analyzer_params is not None else None
 
     @property

@@ -190,7 +190,7 @@ class OpenSearchVectorStore:
         ``opensearch://`` speaks http, ``opensearchs://`` https; the port defaults to 9200. Options in the query
         string: ``verify_certs=false``, ``timeout=<seconds>``, ``exact=true``, ``analyzer=<name>`` (the
         analyzer of ``content`` and ``title``, one of OpenSearch's built-ins,
-        :data:`~fastrag.vector_store.opensearch.connection.ANALYZERS`; default ``english``, fastrag's own English
+        ``fastrag.vector_store.opensearch.connection.ANALYZERS``; default ``english``, fastrag's own English
         analysis). In ``fastrag.toml`` the same URL is the ``store`` value. Keyword arguments override anything
         read from the URL.
 
