@@ -40,10 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fastrag.config import open_store  # noqa: E402
-from fastrag.evaluation import load_beir  # noqa: E402
-from fastrag.evaluation.metrics import ndcg_at_k  # noqa: E402
-from fastrag.models import Document  # noqa: E402
+from fastrag.config import open_store
+from fastrag.evaluation import load_beir
+from fastrag.evaluation.metrics import ndcg_at_k
+from fastrag.models import Document
 
 SCIFACT = next(
     (p for p in (ROOT.parent / "shared" / "datasets" / "scifact", ROOT.parents[1] / "shared" / "datasets" / "scifact")
@@ -155,13 +155,18 @@ def opensearch_emulator_url() -> Iterator[str | None]:
     """``host:port`` of ``osmem-server`` (an OpenSearch API emulator) for the run; None if absent."""
     try:
         import osmem_server
-
-        osmem_server.resolve_binary()
-        from fastrag.testing.opensearch_emulator import opensearch_emulator
-    except Exception as exc:  # ImportError, or osmem's "no binary for this platform"
+    except ImportError as exc:
         print(f"OpenSearch emulator skipped: {exc}", file=sys.stderr)
         yield None
         return
+    try:
+        osmem_server.resolve_binary()
+    except osmem_server.OsmemError as exc:  # no binary for this platform
+        print(f"OpenSearch emulator skipped: {exc}", file=sys.stderr)
+        yield None
+        return
+    from fastrag.testing.opensearch_emulator import opensearch_emulator
+
     with opensearch_emulator() as url:
         yield urlsplit(url).netloc
 

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fastrag.errors import ConfigurationError, InvalidParameterError
+from fastrag.vector_store.milvus.schema import ANALYZERS
 
 INSTALL_HINT = 'pip install "fastrag-retrieval[milvus]"'
 _LITE_FILE_NAME = re.compile(r"[A-Za-z0-9._-]{1,36}")
@@ -50,8 +51,6 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     else:
         options["enable_bm25"] = True
     if "analyzer" in params:
-        from fastrag.vector_store.milvus.schema import ANALYZERS
-
         if params["analyzer"] not in ANALYZERS:
             raise ConfigurationError(
                 f"{url}: unknown analyzer {params['analyzer']!r}; Milvus's built-in analyzers: {', '.join(ANALYZERS)}"
