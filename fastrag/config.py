@@ -44,7 +44,8 @@ Store URLs:
 
 - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``, ``sqlite:///:memory:``, or a bare file
   path: the embedded :class:`~fastrag.vector_store.sqlite.SQLiteVectorStore`.
-- ``opensearch://[user:password@]host[:port]/index`` (``opensearchs://`` for HTTPS):
+- ``opensearch://[user:password@]host[:port]/index`` (``opensearchs://`` for HTTPS; ``?analyzer=`` one of
+  OpenSearch's built-in analyzers, default ``english``):
   :class:`~fastrag.vector_store.opensearch.OpenSearchVectorStore` (extra ``opensearch``).
 - ``qdrant://host[:port]/collection`` (``qdrants://`` for HTTPS), ``qdrant+memory:///collection``,
   ``qdrant+path:///relative/dir?collection=name``, ``qdrant+edge:///relative/dir?collection=name`` (Qdrant's
@@ -55,7 +56,8 @@ Store URLs:
   ``chroma+memory:///collection``: :class:`~fastrag.vector_store.chroma.ChromaVectorStore` (extra
   ``chroma``; dense only, so keyword and hybrid modes need a separate lexical store).
 - ``milvus://host[:port]/collection`` (``milvus+https://`` for TLS), ``milvus-lite:///relative.db?collection=name``
-  (``milvus-lite:////absolute.db``); BM25 is on unless ``?bm25=false``:
+  (``milvus-lite:////absolute.db``); BM25 is on unless ``?bm25=false``; ``?analyzer=english|standard|chinese``
+  names the BM25 analyzer of a new collection (default ``english``, fastrag's English analysis):
   :class:`~fastrag.vector_store.milvus.MilvusVectorStore` (extra ``milvus``).
 - ``postgresql://[user[:password]@]host[:port]/database?table=name`` (``postgres://`` too; other query
   parameters such as ``sslmode`` go to libpq): :class:`~fastrag.vector_store.postgres.PgVectorStore`
@@ -422,7 +424,8 @@ def open_store(
         options = {k: v for k, v in {"dimension": dimension, "embedding_model": embedding_model}.items() if v is not None}
         if analyzer is not None:
             if scheme not in _ANALYZING_SCHEMES:
-                raise ConfigurationError(f"{scheme}:// stores analyse text in the engine: an analyzer cannot be given")
+                hint = "; name the engine's analyzer in the URL: ?analyzer=" if scheme.startswith(("milvus", "opensearch")) else ""
+                raise ConfigurationError(f"{scheme}:// stores analyse text in the engine: an analyzer cannot be given{hint}")
             options["analyzer"] = analyzer
         if not create:
             options["create"] = False

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from fastrag.errors import ConfigurationError, InvalidParameterError
+from fastrag.vector_store.milvus.schema import ANALYZERS
 
 INSTALL_HINT = 'pip install "fastrag-retrieval[milvus]"'
 _LITE_FILE_NAME = re.compile(r"[A-Za-z0-9._-]{1,36}")
@@ -37,7 +38,7 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True, strict_parsing=bool(query)).items()}
     except ValueError as exc:
         raise ConfigurationError(f"{url}: malformed query string {query!r}") from exc
-    known = {"collection", "bm25", "dimension", "db", "timeout"}
+    known = {"collection", "bm25", "dimension", "db", "timeout", "analyzer"}
     unknown = set(params) - known
     if unknown:
         raise ConfigurationError(f"{url}: unknown parameters {sorted(unknown)}; known: {sorted(known)}")
@@ -49,6 +50,14 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         options["enable_bm25"] = flag in ("true", "1", "yes")
     else:
         options["enable_bm25"] = True
+    if "analyzer" in params:
+        if params["analyzer"] not in ANALYZERS:
+            raise ConfigurationError(
+                f"{url}: unknown analyzer {params['analyzer']!r}; Milvus's built-in analyzers: {', '.join(ANALYZERS)}"
+            )
+        if not options["enable_bm25"]:
+            raise ConfigurationError(f"{url}: analyzer= is the BM25 analyzer; it needs bm25=true")
+        options["analyzer_params"] = {"type": params["analyzer"]}
     for name, target, kind in (("dimension", "dimension", int), ("timeout", "timeout", float)):
         if name in params:
             try:

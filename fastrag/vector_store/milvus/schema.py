@@ -39,6 +39,18 @@ SCHEMA_VERSION = 2
 ``exists`` and ``not``, which Milvus 2.5 refuses."""
 COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 
+ANALYZERS = ("chinese", "english", "standard")
+"""Milvus 2.5's built-in BM25 analyzers, the names ``?analyzer=`` takes (Milvus docs, "Analyzer Overview",
+built-in analyzers): ``standard`` (split on word boundaries, lower case: no stemming, no stopwords),
+``english`` (``standard`` plus Snowball's English stemmer and the English stopword list: fastrag's own English
+analysis, :class:`~fastrag.analysis.Analyzer`), ``chinese`` (jieba word segmentation)."""
+DEFAULT_ANALYZER = "english"
+"""The analyzer of a new BM25 collection: ``english``, the one that matches the SQLite store's English analysis
+(stemming, stopwords), so swapping stores keeps keyword ranking (docs/stores.md, "Same BM25 on every store")."""
+UNSTEMMED_DEFAULT_ANALYZER = "standard"
+"""The default where the engine has no ``english`` analyzer: milvus-lite 3.x, a Python emulation of Milvus, has
+only ``standard`` and ``jieba``. It was the default of every collection before fastrag 0.2's issue 25."""
+
 _DESCRIPTION = "fastrag documents "
 
 
@@ -135,21 +147,56 @@ class CollectionState:
     has_vectors: bool
     has_bm25: bool
     embedding_model: str | None  # as recorded; None when it recorded none
+    analyzer_params: dict[str, Any] | None  # the BM25 field's analyzer; None without BM25
+
+
+def recorded_analyzer(field: Mapping[str, Any]) -> dict[str, Any]:
+    """The analyzer a collection's analysed ``text`` field was created with (``describe_collection`` gives it as
+    the JSON text of ``params["analyzer_params"]``); Milvus's own default, ``{"type": "standard"}``, when the
+    field records none.
+
+    Raises:
+        ConfigurationError: the recorded analyzer is not a JSON object.
+    """
+    raw = (field.get("params") or {}).get("analyzer_params")
+    if raw is None or raw == "":
+        return {"type": "standard"}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    try:
+        parsed = json.loads(str(raw))
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ConfigurationError(f"the collection's BM25 field records an unreadable analyzer {raw!r}")
+    return parsed
+
+
+def analyzer_name(params: Mapping[str, Any] | None) -> str:
+    """A short name of an analyzer in messages and docs: its built-in ``type``, else its JSON."""
+    if params is None:
+        return "none"
+    if set(params) == {"type"}:
+        return str(params["type"])
+    return json.dumps(dict(params), sort_keys=True)
 
 
 def check_existing(
-    info: Mapping[str, Any], *, name: str, dimension: int | None, enable_bm25: bool, embedding_model: str | None
+    info: Mapping[str, Any], *, name: str, dimension: int | None, enable_bm25: bool, embedding_model: str | None,
+    analyzer_params: Mapping[str, Any] | None = None,
 ) -> CollectionState:
     """The state of the existing collection ``info`` describes, checked against the store's settings.
 
     Args:
         info: ``describe_collection``'s answer.
         name: the store's name, for messages.
-        dimension, enable_bm25, embedding_model: what the store was opened with (``None``: any).
+        dimension, enable_bm25, embedding_model, analyzer_params: what the store was opened with (``None``:
+            any; an existing collection keeps the analyzer it was created with).
 
     Raises:
         ConfigurationError: the collection was not created by fastrag, has another schema version, another
-            dimension, no BM25 where the store wants it, or recorded another embedding model.
+            dimension, no BM25 where the store wants it, recorded another embedding model, or its BM25 field
+            was created with another analyzer than ``analyzer_params``.
     """
     fields = {f["name"]: f for f in info.get("fields", [])}
     has_bm25 = TEXT_FIELD in fields and SPARSE_FIELD in fields
@@ -186,4 +233,13 @@ def check_existing(
             f"{name}: the collection was built with embedding_model={model!r}, not {embedding_model!r}; "
             "use a new collection or the same settings"
         )
-    return CollectionState(dimension=dim, has_vectors=has_vectors, has_bm25=has_bm25, embedding_model=model)
+    analyzer = recorded_analyzer(fields[TEXT_FIELD]) if has_bm25 else None
+    if analyzer is not None and analyzer_params is not None and dict(analyzer_params) != analyzer:
+        raise ConfigurationError(
+            f"{name}: the collection's BM25 text was analysed by Milvus's {analyzer_name(analyzer)!r} analyzer, not "
+            f"{analyzer_name(analyzer_params)!r}: its terms and the question's would differ; open it with "
+            f"analyzer={analyzer_name(analyzer)} (or no analyzer: a collection keeps its own), or re-index into a "
+            "new collection"
+        )
+    return CollectionState(dimension=dim, has_vectors=has_vectors, has_bm25=has_bm25, embedding_model=model,
+                           analyzer_params=analyzer)

@@ -65,12 +65,14 @@ from fastrag.vector_store.milvus.rows import document, document_row
 from fastrag.vector_store.milvus.schema import (
     COLLECTION_NAME,
     CONTENT_FIELD,
+    DEFAULT_ANALYZER,
     HAS_VECTOR_FIELD,
     ID_FIELD,
     METADATA_FIELD,
     MODEL_PROPERTY,
     SPARSE_FIELD,
     TEXT_FIELD,
+    UNSTEMMED_DEFAULT_ANALYZER,
     VECTOR_FIELD,
     check_existing,
     collection_schema,
@@ -111,9 +113,14 @@ class MilvusVectorStore:
         timeout: seconds allowed for each Milvus call, retries included.
         token: credentials for a server (``"user:password"`` or an API key); never put them in ``url``.
         db_name: the Milvus database (default: the server's default).
-        analyzer_params: the BM25 analyzer (default ``{"type": "standard"}``: split on non-word characters,
-            lowercase, no stemming). Milvus 2.5 also has ``{"type": "english"}`` (stemming, stopwords);
-            milvus-lite 3.x (an emulation) has only ``standard`` and ``jieba`` (Chinese).
+        analyzer_params: the BM25 analyzer of a new collection. Default ``{"type": "english"}`` (Milvus 2.5's
+            English analyzer: word boundaries, lower case, Snowball's English stemmer, English stopwords: the
+            analysis of the SQLite store, so keyword ranking stays when the store changes); on milvus-lite 3.x
+            (an emulation with only ``standard`` and ``jieba``) ``{"type": "standard"}`` (no stemming). Other
+            built-ins: ``fastrag.vector_store.milvus.schema.ANALYZERS``; a custom analyzer as Milvus
+            documents it. An existing collection keeps the analyzer it was created with (read from its BM25
+            field, so one created with ``standard`` before this default stays ``standard``); given
+            explicitly, it must be that one.
         index_params: the dense index, ``{"index_type": ..., "params": {...}}`` (default ``FLAT``: exact k-NN;
             use ``HNSW`` or ``AUTOINDEX`` on a server for large collections, approximate; milvus-lite 2.5.1
             builds only FLAT, IVF_FLAT and AUTOINDEX). The metric is always COSINE.
@@ -125,8 +132,8 @@ class MilvusVectorStore:
 
     Opening (``async with``, or the first call) raises :class:`BackendUnavailableError` when the server
     cannot be reached or the ``.db`` file is locked by another process, and :class:`ConfigurationError` when
-    the collection exists with another dimension or embedding model or an older fastrag schema, or was not
-    created by fastrag.
+    the collection exists with another dimension, embedding model or BM25 analyzer (``analyzer_params`` given
+    and not the collection's) or an older fastrag schema, or was not created by fastrag.
 
     Example::
 
@@ -173,7 +180,9 @@ class MilvusVectorStore:
         self._create = create
         self._token = token
         self._db_name = db_name
-        self._analyzer_params = dict(analyzer_params) if analyzer_params is not None else {"type": "standard"}
+        if analyzer_params is not None and not isinstance(analyzer_params, Mapping):
+            raise InvalidParameterError(f"analyzer_params must be a mapping such as {{'type': 'english'}}, got {analyzer_params!r}")
+        self._analyzer_params: dict[str, Any] | None = dict(analyzer_params) if analyzer_params is not None else None
         self._index_params = dict(index_params) if index_params is not None else {"index_type": "FLAT", "params": {}}
         self._client = client
         self._owns_client = client is None
@@ -202,11 +211,14 @@ class MilvusVectorStore:
           Milvus Lite on that file (the path must end in ``.db``; the collection defaults to ``fastrag``).
 
         Query parameters (both forms): ``bm25=true|false`` (default **true**, so one URL serves the keyword,
-        vector and hybrid modes), ``dimension=N``, ``db=name`` (server only), ``timeout=seconds``.
+        vector and hybrid modes), ``analyzer=english|standard|chinese`` (the BM25 analyzer of a new collection,
+        Milvus's built-in of that name; default ``english``, see ``analyzer_params``), ``dimension=N``,
+        ``db=name`` (server only), ``timeout=seconds``. In ``fastrag.toml`` the same URL is the ``store`` value.
         Keyword arguments override the URL's settings and are passed to the constructor.
 
         Raises:
-            ConfigurationError: the URL is not one of these forms.
+            ConfigurationError: the URL is not one of these forms, or names an unknown analyzer (the message
+                lists Milvus's built-ins).
         """
         target_url, options = parse_url(url)
         options.update(kwargs)
@@ -219,6 +231,12 @@ class MilvusVectorStore:
 
     def __repr__(self) -> str:
         return f"MilvusVectorStore({self.url!r}, collection={self.collection!r})"
+
+    @property
+    def analyzer_params(self) -> dict[str, Any] | None:
+        """The BM25 analyzer: once open, the collection's (as it recorded it; ``None`` without BM25); before,
+        the one given (``None``: the default, ``fastrag.vector_store.milvus.schema.DEFAULT_ANALYZER``)."""
+        return dict(self._analyzer_params) if self._analyzer_params is not None else None
 
     @property
     def name(self) -> str:
@@ -371,7 +389,7 @@ class MilvusVectorStore:
         info = await self._call("describe_collection", self.collection)
         found = check_existing(
             info, name=self.name, dimension=self.dimension, enable_bm25=self.enable_bm25,
-            embedding_model=self.embedding_model,
+            embedding_model=self.embedding_model, analyzer_params=self._analyzer_params,
         )  # fmt: skip
         if self.embedding_model is not None and found.embedding_model is None:
             try:
@@ -387,6 +405,7 @@ class MilvusVectorStore:
         self.dimension = found.dimension
         self._has_vectors = found.has_vectors
         self.enable_bm25 = found.has_bm25
+        self._analyzer_params = found.analyzer_params
         self.embedding_model = self.embedding_model or found.embedding_model
         self._exists = True
 
@@ -396,8 +415,11 @@ class MilvusVectorStore:
         A concurrent creator is tolerated: the collection it made is then opened as an existing one.
         """
         pymilvus = import_pymilvus()
+        analyzer = self._analyzer_params
+        if analyzer is None:  # the default; a collection someone else creates meanwhile keeps its own
+            analyzer = {"type": UNSTEMMED_DEFAULT_ANALYZER if self._lite_server else DEFAULT_ANALYZER}
         schema = collection_schema(
-            pymilvus, dimension, enable_bm25=self.enable_bm25, analyzer_params=self._analyzer_params,
+            pymilvus, dimension, enable_bm25=self.enable_bm25, analyzer_params=analyzer,
             embedding_model=self.embedding_model,
         )  # fmt: skip
         try:
@@ -423,6 +445,7 @@ class MilvusVectorStore:
         await self._wait_for_indexes([spec["index_name"] for spec in specs])
         await self._call("load_collection", self.collection)
         self.dimension = dimension
+        self._analyzer_params = analyzer if self.enable_bm25 else None
         self._has_vectors = dimension is not None
         self._exists = True
 

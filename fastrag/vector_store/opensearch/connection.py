@@ -11,6 +11,16 @@ from fastrag.errors import ConfigurationError
 
 INSTALL_HINT = 'pip install "fastrag-retrieval[opensearch]"'
 
+ANALYZERS = (
+    "arabic", "armenian", "basque", "bengali", "brazilian", "bulgarian", "catalan", "cjk", "czech", "danish",
+    "dutch", "english", "estonian", "finnish", "fingerprint", "french", "galician", "german", "greek", "hindi",
+    "hungarian", "indonesian", "irish", "italian", "keyword", "latvian", "lithuanian", "norwegian", "pattern",
+    "persian", "portuguese", "romanian", "russian", "simple", "sorani", "spanish", "standard", "stop", "swedish",
+    "thai", "turkish", "whitespace",
+)
+"""OpenSearch's built-in analyzers (OpenSearch docs, "Analyzers": the built-in and the language analyzers), the
+names ``?analyzer=`` takes. The constructor also takes an analyzer a plugin installs (``icu_analyzer``, ...)."""
+
 
 def import_sdk() -> Any:
     """The ``opensearchpy`` module, imported on first use (with its async client).
@@ -63,13 +73,14 @@ def strip_credentials(url: str) -> str:
 
 
 def parse_store_url(url: str) -> dict[str, Any]:
-    """The constructor options (``url``, ``index``, ``http_auth``, ``verify_certs``, ``timeout``, ``exact``) an
-    ``opensearch://`` URL names.
+    """The constructor options (``url``, ``index``, ``http_auth``, ``verify_certs``, ``timeout``, ``exact``,
+    ``analyzer``) an ``opensearch://`` URL names.
 
     See :meth:`~fastrag.vector_store.opensearch.OpenSearchVectorStore.from_url` for the form.
 
     Raises:
-        ConfigurationError: the URL is not of that form.
+        ConfigurationError: the URL is not of that form, or names an analyzer that is not one of
+            :data:`ANALYZERS` (the message lists them).
     """
     if not isinstance(url, str):
         raise ConfigurationError(f"store URL must be a string, got {url!r}")
@@ -107,9 +118,16 @@ def parse_store_url(url: str) -> dict[str, Any]:
                 options["timeout"] = float(raw)
             except ValueError as exc:
                 raise ConfigurationError(f"{strip_credentials(url)}: timeout must be seconds, got {raw!r}") from exc
+        elif name == "analyzer":
+            if raw not in ANALYZERS:
+                raise ConfigurationError(
+                    f"{strip_credentials(url)}: unknown analyzer {raw!r}; OpenSearch's built-in analyzers: "
+                    + ", ".join(ANALYZERS)
+                )
+            options["analyzer"] = raw
         else:
             raise ConfigurationError(
-                f"{strip_credentials(url)}: unknown option {name!r}; known: exact, timeout, verify_certs"
+                f"{strip_credentials(url)}: unknown option {name!r}; known: analyzer, exact, timeout, verify_certs"
             )
     return options
 

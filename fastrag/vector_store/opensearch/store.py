@@ -188,11 +188,15 @@ class OpenSearchVectorStore:
         """Open a store from ``opensearch://[user:password@]host[:port]/index[?options]``.
 
         ``opensearch://`` speaks http, ``opensearchs://`` https; the port defaults to 9200. Options in the query
-        string: ``verify_certs=false``, ``timeout=<seconds>``, ``exact=true``. Keyword arguments override
-        anything read from the URL.
+        string: ``verify_certs=false``, ``timeout=<seconds>``, ``exact=true``, ``analyzer=<name>`` (the
+        analyzer of ``content`` and ``title``, one of OpenSearch's built-ins,
+        ``fastrag.vector_store.opensearch.connection.ANALYZERS``; default ``english``, fastrag's own English
+        analysis). In ``fastrag.toml`` the same URL is the ``store`` value. Keyword arguments override anything
+        read from the URL.
 
         Raises:
-            ConfigurationError: the URL is not of this form.
+            ConfigurationError: the URL is not of this form, or names an unknown analyzer (the message lists
+                the built-ins).
         """
         options = parse_store_url(url)
         options.update(kwargs)
