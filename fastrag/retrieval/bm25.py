@@ -16,6 +16,7 @@ from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
 from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval.result import ReturnsResult
 from fastrag.retrieval.thresholds import check_min_score, keep_above
+from fastrag.tracing import store_call
 
 __all__ = ["BM25Retriever"]
 
@@ -110,10 +111,12 @@ class BM25Retriever(ReturnsResult):
         language = self.language
         if language is None and self.detector is not None:
             language = await anyio.to_thread.run_sync(self.detector.detect, query)
-        if language is None:
-            found = await self.store.search_text(query, k=offset + k, filter=node)
-        else:
-            found = await self.store.search_text(query, k=offset + k, filter=node, language=language)  # type: ignore[call-arg]
+        with store_call("search_text", self.store) as call:
+            if language is None:
+                found = await self.store.search_text(query, k=offset + k, filter=node)
+            else:
+                found = await self.store.search_text(query, k=offset + k, filter=node, language=language)  # type: ignore[call-arg]
+            call.returned(found)
         if self.min_score is not None:
             found = keep_above(found, self.min_score)
         return found[offset:] if offset else found

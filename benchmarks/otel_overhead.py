@@ -1,0 +1,163 @@
+"""What OpenTelemetry costs a search: the shipped hybrid's p50 before the instrumentation, with
+``opentelemetry-api`` alone (no SDK: every span a no-op), and with the SDK recording every span, side by side.
+
+The searches: ``KnowledgeBase.search(q, top_k=10)`` and ``KnowledgeBase.search_result(q, top_k=10)`` (hybrid, the
+shipped static model, the embedded SQLite store) over SciFact (5,183 abstracts, 300 test questions, one at a
+time). Each configuration runs in its own subprocess (its own ``fastrag`` first on ``sys.path``) over one index
+built by the baseline checkout; configurations run in alternating rounds, each round times every question once
+per path, and each cell is the median of the rounds' p50s.
+
+* ``baseline``: ``--baseline``'s ``fastrag`` (the commit before the spans), no tracer provider;
+* ``api only``: this checkout, no tracer provider (what every user without an SDK runs);
+* ``sdk``: this checkout with an SDK ``TracerProvider`` and a ``SimpleSpanProcessor`` into an
+  ``InMemorySpanExporter`` (cleared after each question): the cost of recording, exporting aside.
+
+Run from the repository root::
+
+    python benchmarks/otel_overhead.py --baseline 6e496b8          # the commit before the spans
+    python benchmarks/otel_overhead.py --baseline 6e496b8 --smoke  # 300 documents, 50 questions, 2 rounds
+
+Writes ``benchmarks/results/otel_overhead.md`` (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, sys, time, statistics
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(1, sys.argv[2])
+import anyio
+from corpus import load
+from fastrag.knowledge_base import KnowledgeBase
+from fastrag.ingestion import Model2VecEmbedder
+from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+store_path, max_docs, max_queries, phase, sdk = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
+clear = lambda: None
+if sdk == "1":
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    clear = exporter.clear
+
+async def main():
+    corpus = load("scifact", max_docs=max_docs or None, max_queries=max_queries or None)
+    async with Model2VecEmbedder() as embedder, SQLiteVectorStore(store_path) as store:
+        if phase == "index":
+            for start in range(0, len(corpus.docs), 1000):
+                batch = corpus.docs[start:start + 1000]
+                texts = corpus.texts[start:start + 1000]
+                await store.upsert(batch, embeddings=await embedder.embed_documents(texts))
+            print(json.dumps({"indexed": len(corpus.docs)}))
+            return
+        questions = list(corpus.queries.values())
+        async with KnowledgeBase(store, embedder=embedder) as kb:
+            for q in questions[:10]:  # warm caches, the model and the store's columns
+                await kb.search(q, top_k=10)
+                await kb.search_result(q, top_k=10)
+            clear()
+            out = {"search": [], "search_result": []}
+            spans = 0
+            for q in questions:
+                t = time.perf_counter(); await kb.search(q, top_k=10); out["search"].append(time.perf_counter() - t)
+                t = time.perf_counter(); await kb.search_result(q, top_k=10); out["search_result"].append(time.perf_counter() - t)
+                if sdk == "1":
+                    spans = max(spans, len(exporter.get_finished_spans()))
+                    clear()
+        print(json.dumps({**{k: statistics.median(v) for k, v in out.items()}, "spans": spans}))
+
+anyio.run(main)
+"""
+
+CONFIGS = {"baseline": ("baseline", "0"), "api only": ("current", "0"), "sdk": ("current", "1")}
+PATHS = {"search": "KnowledgeBase.search", "search_result": "KnowledgeBase.search_result"}
+
+
+def _checkout(commit: str, into: Path) -> Path:
+    """``commit``'s tree (its ``fastrag`` package) unpacked into ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "fastrag"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def _child(tree: Path, store: Path, args: argparse.Namespace, phase: str, sdk: str = "0") -> dict[str, float]:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tree), str(ROOT / "benchmarks"), str(store), str(args.max_docs),
+         str(args.max_queries), phase, sdk],
+        capture_output=True, text=True, cwd=tree,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"{tree} ({phase}, sdk={sdk}) failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", required=True, help="the commit to compare with (the one before the spans)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-docs", type=int, default=0, help="0: the whole corpus")
+    parser.add_argument("--max-queries", type=int, default=0, help="0: every test question")
+    parser.add_argument("--smoke", action="store_true", help="300 documents, 50 questions, 2 rounds")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "otel_overhead.md")
+    args = parser.parse_args()
+    if args.smoke:
+        args.max_docs, args.max_queries, args.rounds = 300, 50, 2
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    from importlib.metadata import version
+
+    versions = {name: version(name) for name in ("opentelemetry-api", "opentelemetry-sdk")}
+    spans = 0
+    with tempfile.TemporaryDirectory(prefix="fastrag-otel-") as tmp:
+        trees = {"baseline": _checkout(args.baseline, Path(tmp) / "baseline"), "current": ROOT}
+        store = Path(tmp) / "index.db"
+        _child(trees["baseline"], store, args, "index")
+        seen: dict[str, dict[str, list[float]]] = {name: {path: [] for path in PATHS} for name in CONFIGS}
+        for round_ in range(args.rounds):
+            order = list(CONFIGS) if round_ % 2 == 0 else list(reversed(CONFIGS))
+            for name in order:
+                tree, sdk = CONFIGS[name]
+                out = _child(trees[tree], store, args, "query", sdk)
+                spans = max(spans, int(out.pop("spans", 0)))
+                for path, p50 in out.items():
+                    seen[name][path].append(p50)
+    p50 = {name: {path: statistics.median(v) for path, v in paths.items()} for name, paths in seen.items()}
+    lines = [
+        "# OpenTelemetry's cost: the shipped hybrid's p50, side by side",
+        "",
+        f"`python benchmarks/otel_overhead.py --baseline {args.baseline}` at {head}: SciFact "
+        f"({args.max_docs or 'all'} documents, {args.max_queries or 'all'} test questions), the shipped static "
+        f"model, hybrid, `top_k=10`, the SQLite store, {args.rounds} alternating rounds; each cell is the median of "
+        f"the rounds' p50s. opentelemetry-api {versions['opentelemetry-api']}, opentelemetry-sdk "
+        f"{versions['opentelemetry-sdk']}; with the SDK one `search` + `search_result` pair records {spans} spans.",
+        "",
+        f"| path | {args.baseline}, no spans (ms) | {head}, api only (ms) | ratio | {head}, sdk recording (ms) | ratio |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for path, label in PATHS.items():
+        base, api, sdk = (p50[name][path] * 1000 for name in ("baseline", "api only", "sdk"))
+        lines.append(f"| {label} | {base:.3f} | {api:.3f} | {api / base:.3f} | {sdk:.3f} | {sdk / base:.3f} |")
+    text = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
