@@ -84,6 +84,36 @@ async def main():
 anyio.run(main)
 """
 
+# one no-op span, timed in one process: what each span costs a search without an SDK
+MICRO = r"""
+import json, sys, timeit
+sys.path.insert(0, sys.argv[1])
+from contextlib import nullcontext
+from fastrag import tracing
+from fastrag.retrieval.result import timed
+
+def span():
+    with tracing.span("x"):
+        pass
+
+def stage():
+    with timed("x"):
+        pass
+
+def store():
+    with tracing.store_call("search_vector", None) as call:
+        call.returned(3)
+
+def bare():
+    with nullcontext():
+        pass
+
+n = 200_000
+best = {name: min(timeit.repeat(fn, number=n, repeat=7)) / n for name, fn in
+        (("span", span), ("stage", stage), ("store", store), ("nullcontext", bare))}
+print(json.dumps(best))
+"""
+
 CONFIGS = {"baseline": ("baseline", "0"), "api only": ("current", "0"), "sdk": ("current", "1")}
 PATHS = {"search": "KnowledgeBase.search", "search_result": "KnowledgeBase.search_result"}
 
@@ -110,7 +140,7 @@ def _child(tree: Path, store: Path, args: argparse.Namespace, phase: str, sdk: s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="the commit to compare with (the one before the spans)")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--max-docs", type=int, default=0, help="0: the whole corpus")
     parser.add_argument("--max-queries", type=int, default=0, help="0: every test question")
     parser.add_argument("--smoke", action="store_true", help="300 documents, 50 questions, 2 rounds")
@@ -137,7 +167,14 @@ def main() -> None:
                 spans = max(spans, int(out.pop("spans", 0)))
                 for path, p50 in out.items():
                     seen[name][path].append(p50)
+        micro = json.loads(subprocess.run([sys.executable, "-c", MICRO, str(ROOT)], check=True, capture_output=True,
+                                          text=True).stdout.strip().splitlines()[-1])  # fmt: skip
     p50 = {name: {path: statistics.median(v) for path, v in paths.items()} for name, paths in seen.items()}
+    # each round's api-only p50 over the baseline's of the same round (run back to back): the load of the
+    # machine changes between rounds, much less within one
+    paired = {path: statistics.median(a / b for a, b in zip(seen["api only"][path], seen["baseline"][path], strict=True))
+              for path in PATHS}  # fmt: skip
+    per_span = micro["span"] - micro["nullcontext"]
     lines = [
         "# OpenTelemetry's cost: the shipped hybrid's p50, side by side",
         "",
@@ -147,12 +184,31 @@ def main() -> None:
         f"the rounds' p50s. opentelemetry-api {versions['opentelemetry-api']}, opentelemetry-sdk "
         f"{versions['opentelemetry-sdk']}; with the SDK one `search` + `search_result` pair records {spans} spans.",
         "",
-        f"| path | {args.baseline}, no spans (ms) | {head}, api only (ms) | ratio | {head}, sdk recording (ms) | ratio |",
-        "| --- | --- | --- | --- | --- | --- |",
+        f"| path | {args.baseline}, no spans (ms) | {head}, api only (ms) | ratio | paired ratio | "
+        f"{head}, sdk recording (ms) | ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for path, label in PATHS.items():
         base, api, sdk = (p50[name][path] * 1000 for name in ("baseline", "api only", "sdk"))
-        lines.append(f"| {label} | {base:.3f} | {api:.3f} | {api / base:.3f} | {sdk:.3f} | {sdk / base:.3f} |")
+        lines.append(f"| {label} | {base:.3f} | {api:.3f} | {api / base:.3f} | {paired[path]:.3f} | {sdk:.3f} | "
+                     f"{sdk / base:.3f} |")  # fmt: skip
+    share = per_span * spans / 2 / (p50["baseline"]["search"])
+    lines += [
+        "",
+        "The paired ratio is the median over rounds of that round's api-only p50 over the baseline's p50 (run back "
+        "to back). The machine's load moves the p50s between rounds more than the spans do; what one no-op span "
+        "costs, timed alone in one process (best of 7 x 200,000, `opentelemetry-api` only):",
+        "",
+        "| block | µs |",
+        "| --- | --- |",
+        f"| `with nullcontext()` (what `timed()` returned outside `retrieve_result` before) | {micro['nullcontext'] * 1e6:.3f} |",
+        f"| `with tracing.span(...)` | {micro['span'] * 1e6:.3f} |",
+        f"| `with timed(...)` (a stage: span, no collector) | {micro['stage'] * 1e6:.3f} |",
+        f"| `with tracing.store_call(...)` + `returned()` | {micro['store'] * 1e6:.3f} |",
+        "",
+        f"At {spans // 2} spans a search that is {per_span * spans / 2 * 1e6:.1f} µs, {share:.3%} of the baseline's "
+        "`KnowledgeBase.search` p50.",
+    ]
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
