@@ -17,13 +17,14 @@ Run from the repository root::
     python benchmarks/otel_overhead.py --baseline 6e496b8          # the commit before the spans
     python benchmarks/otel_overhead.py --baseline 6e496b8 --smoke  # 300 documents, 50 questions, 2 rounds
 
-Writes ``benchmarks/results/otel_overhead.md`` (``--out``).
+Writes ``benchmarks/results/otel_overhead.md`` (``--out``) and the rounds' p50s beside it (``.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -172,8 +173,10 @@ def main() -> None:
     p50 = {name: {path: statistics.median(v) for path, v in paths.items()} for name, paths in seen.items()}
     # each round's api-only p50 over the baseline's of the same round (run back to back): the load of the
     # machine changes between rounds, much less within one
-    paired = {path: statistics.median(a / b for a, b in zip(seen["api only"][path], seen["baseline"][path], strict=True))
+    ratios = {path: sorted(a / b for a, b in zip(seen["api only"][path], seen["baseline"][path], strict=True))
               for path in PATHS}  # fmt: skip
+    paired = {path: statistics.median(r) for path, r in ratios.items()}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     per_span = micro["span"] - micro["nullcontext"]
     lines = [
         "# OpenTelemetry's cost: the shipped hybrid's p50, side by side",
@@ -196,8 +199,11 @@ def main() -> None:
     lines += [
         "",
         "The paired ratio is the median over rounds of that round's api-only p50 over the baseline's p50 (run back "
-        "to back). The machine's load moves the p50s between rounds more than the spans do; what one no-op span "
-        "costs, timed alone in one process (best of 7 x 200,000, `opentelemetry-api` only):",
+        f"to back); over the rounds it ranged {ratios['search'][0]:.3f}-{ratios['search'][-1]:.3f} (search) and "
+        f"{ratios['search_result'][0]:.3f}-{ratios['search_result'][-1]:.3f} (search_result), with a load average "
+        f"of {load:.1f} on {os.cpu_count()} cores at the end: the machine's load moves the p50s more than the spans "
+        "can, so the whole-search ratios above are noise at this size. What one no-op span costs, timed alone in "
+        "one process (best of 7 x 200,000, `opentelemetry-api` only):",
         "",
         "| block | µs |",
         "| --- | --- |",
@@ -212,6 +218,8 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
+    raw = {"rounds_p50_seconds": seen, "micro_seconds": micro, "spans_per_pair": spans, "load_average": load}
+    args.out.with_suffix(".json").write_text(json.dumps(raw, indent=1) + "\n", encoding="utf-8")
     print(text)
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -91,8 +92,6 @@ def tool_name(knowledge_base: str) -> str:
     Raises:
         ConfigurationError: the name is too long for a tool name (``search_<name>`` over 64 characters).
     """
-    import re
-
     name = "search_" + knowledge_base.replace(".", "_")
     if not re.match(TOOL_NAME_PATTERN, name):
         raise ConfigurationError(f"knowledge base {knowledge_base!r}: its tool name {name!r} must match "
