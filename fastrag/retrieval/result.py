@@ -18,6 +18,10 @@ its failed branches and per-branch timings, however deeply it is wrapped. Each c
 and each task its own context, so concurrent calls on one retriever never see each other's state. Without
 a collector (a plain ``retrieve()`` call) reporting does nothing.
 
+Tracing: every stage :func:`timed` marks is also a child span, and :func:`retrieve_result` a search span
+(:mod:`fastrag.tracing`; no-ops without an OpenTelemetry SDK), with or without a collector; the failed,
+skipped and incomplete branches reported here are named on the search span too.
+
 Logging (logger ``fastrag.retrieval``): a failure is logged at ERROR exactly once, by the stage that
 absorbs it: :func:`retrieve_result` for a failed call, a hybrid retriever for a branch it leaves out of a
 partial result. An error that propagates to the caller is not logged on the way.
