@@ -33,6 +33,7 @@ from fastrag.models import Document
 from fastrag.protocols import Reranker, Retriever, SearchesText, SupportsLanguages
 from fastrag.retrieval.limits import MAX_K
 from fastrag.settings import AUTO_WIDE_RETRIEVAL_K, ResolvedSearchSettings
+from fastrag.tracing import store_call
 
 __all__ = ["Plan", "compose", "plan_search"]
 
@@ -108,7 +109,8 @@ async def plan_search(
     rerank = settings.rerank
     if mode == "auto":
         try:
-            corpus_size = await vector_store.count(filter=filter)
+            with store_call("count", vector_store):
+                corpus_size = await vector_store.count(filter=filter)
         except (InvalidParameterError, FilterError):
             raise  # a mistake in the call, raised as every mode raises it
         except Exception as exc:  # noqa: BLE001 - the store failed: a failure of retrieval, reported as such

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 OPTIONAL = ["model2vec", "pymilvus", "milvus_lite", "qdrant_client", "chromadb", "opensearchpy", "psycopg",
             "psycopg_pool", "pgvector", "cohere", "torch", "sentence_transformers", "lingua", "fastapi", "starlette",
-            "uvicorn", "prometheus_client", "langchain_core", "langchain_tests", "llama_index", "haystack"]
+            "uvicorn", "prometheus_client", "langchain_core", "langchain_tests", "llama_index", "haystack", "mcp"]
 
 # Installed first in sys.meta_path of a fresh interpreter. Every attempt to import one of OPTIONAL is
 # recorded and fails, the way an import of a package that is installed but broken fails.

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from fastrag import tracing
 from fastrag.config import DEFAULT_STORE_URL
 from fastrag.errors import (
     ConfigurationError,
@@ -695,9 +696,15 @@ class KnowledgeBase:
         from fastrag.retrieval.pagination import check_offset, retrieve_page
 
         check_offset(offset, settings.get("top_k") or 1)
-        plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
-        found = await retrieve_page(plan.retriever, query, k=plan.settings.top_k, offset=offset, filter=plan.filter)
-        return plan.confined(found, offset=offset)
+        with tracing.search() as trace:
+            plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
+            if trace is not None:
+                trace.annotate(self._traced(plan))
+            found = await retrieve_page(plan.retriever, query, k=plan.settings.top_k, offset=offset, filter=plan.filter)
+            found = plan.confined(found, offset=offset)
+            if trace is not None:
+                trace.hits(len(found))
+            return found
 
     async def search_result(
         self,
@@ -728,23 +735,34 @@ class KnowledgeBase:
         from fastrag.retrieval.result import retrieve_result
 
         check_offset(offset, settings.get("top_k") or 1)
-        plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
-        result: RetrievalResult = await retrieve_result(
-            plan.retriever, query, k=plan.settings.top_k, filter=plan.filter, offset=offset
-        )
-        return SearchResponse(
-            documents=tuple(plan.confined(list(result.documents), offset=offset)),
-            settings=plan.settings,
-            strategy=plan.strategy,
-            corpus_size=plan.corpus_size,
-            error=result.error,
-            failed_branches=result.failed_branches,
-            partial=result.partial,
-            timings=result.timings,
-            zero_vector_branches=result.zero_vector_branches,
-            incomplete=result.incomplete,
-            skipped_branches=result.skipped_branches,
-        )
+        with tracing.search() as trace:
+            plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
+            if trace is not None:
+                trace.annotate(self._traced(plan))
+            result: RetrievalResult = await retrieve_result(  # joins this search's span
+                plan.retriever, query, k=plan.settings.top_k, filter=plan.filter, offset=offset
+            )
+            response = SearchResponse(
+                documents=tuple(plan.confined(list(result.documents), offset=offset)),
+                settings=plan.settings,
+                strategy=plan.strategy,
+                corpus_size=plan.corpus_size,
+                error=result.error,
+                failed_branches=result.failed_branches,
+                partial=result.partial,
+                timings=result.timings,
+                zero_vector_branches=result.zero_vector_branches,
+                incomplete=result.incomplete,
+                skipped_branches=result.skipped_branches,
+            )
+            if trace is not None:
+                trace.hits(len(response.documents))
+            return response
+
+    def _traced(self, plan: _Plan) -> dict[str, Any]:
+        """The search span's attributes of a plan (fastrag.tracing)."""
+        return {tracing.SEARCH_MODE: plan.settings.mode, tracing.SEARCH_STRATEGY: plan.strategy,
+                tracing.RETRIEVAL_TOP_K: plan.settings.top_k, tracing.DB_SYSTEM_NAME: tracing.store_system(self._store)}  # fmt: skip
 
     def as_retriever(
         self,

@@ -17,6 +17,7 @@ from fastrag.retrieval.pagination import check_offset
 from fastrag.retrieval.result import ReturnsResult
 from fastrag.retrieval.thresholds import check_min_score, keep_above
 from fastrag.scoping import ScopedStore, statistics_scope, warn_collection_statistics
+from fastrag.tracing import store_call
 
 __all__ = ["BM25Retriever"]
 
@@ -115,12 +116,14 @@ class BM25Retriever(ReturnsResult):
             language = await anyio.to_thread.run_sync(self.detector.detect, query)
         options = {} if language is None else {"language": language}
         scope = statistics_scope()  # set by a TenantScopedRetriever above: score with the tenant's statistics
-        if scope is not None and isinstance(self.store, SupportsScopedStatistics):
-            found = await self.store.search_text_scoped(query, k=offset + k, scope=scope, filter=node, **options)
-        else:
-            if scope is not None and not isinstance(self.store, ScopedStore):  # a view scores with its own scope
-                warn_collection_statistics(self.store)
-            found = await self.store.search_text(query, k=offset + k, filter=node, **options)
+        with store_call("search_text", self.store) as call:
+            if scope is not None and isinstance(self.store, SupportsScopedStatistics):
+                found = await self.store.search_text_scoped(query, k=offset + k, scope=scope, filter=node, **options)
+            else:
+                if scope is not None and not isinstance(self.store, ScopedStore):  # a view scores with its own scope
+                    warn_collection_statistics(self.store)
+                found = await self.store.search_text(query, k=offset + k, filter=node, **options)
+            call.returned(found)
         if self.min_score is not None:
             found = keep_above(found, self.min_score)
         return found[offset:] if offset else found

@@ -45,6 +45,7 @@ from fastrag.retrieval.result import (
 )
 from fastrag.retrieval.thresholds import check_min_relative_score, keep_relative
 from fastrag.retrieval.vector import VectorRetriever
+from fastrag.tracing import BRANCH, store_call
 
 __all__ = [
     "DENSE_MODEL_CANDIDATE_K",
@@ -298,7 +299,7 @@ class HybridRetriever(ReturnsResult):
         if self._detect is None:
             return self._retrievers, self._skipped
         detector, covered = self._detect
-        with timed("detect"):
+        with timed("detect", span="detect_language"):
             code = primary_language(await anyio.to_thread.run_sync(detector.detect, query))
         if code is None:
             return self._retrievers, self._skipped
@@ -395,15 +396,16 @@ class HybridRetriever(ReturnsResult):
 
         async def run(name: str, retriever: Retriever) -> None:
             try:
-                # no cancel scope without a deadline: one less per branch and call
-                with timed(name), stage(name), anyio.move_on_after(timeout) if timeout is not None else nullcontext():
-                    wanted = max(self._branch_candidate_k.get(name, self._candidate_k), offset + k)
-                    branch_k = min(wanted, fetch_limit(retriever, self.limits))
-                    found[name] = await retriever.retrieve(query, k=branch_k, filter=node)
-                if name not in found:  # our deadline cancelled it (any other cancellation propagates)
-                    raise RetrievalTimeoutError(
-                        f"hybrid branch {name!r} took longer than {timeout} s", timeout=timeout or 0.0, stage=name
-                    )
+                with timed(name, span=f"branch {name}", attributes={BRANCH: name}), stage(name):
+                    # no cancel scope without a deadline: one less per branch and call
+                    with anyio.move_on_after(timeout) if timeout is not None else nullcontext():
+                        wanted = max(self._branch_candidate_k.get(name, self._candidate_k), offset + k)
+                        branch_k = min(wanted, fetch_limit(retriever, self.limits))
+                        found[name] = await retriever.retrieve(query, k=branch_k, filter=node)
+                    if name not in found:  # our deadline cancelled it (any other cancellation propagates)
+                        raise RetrievalTimeoutError(
+                            f"hybrid branch {name!r} took longer than {timeout} s", timeout=timeout or 0.0, stage=name
+                        )
             except Exception as exc:
                 failed[name] = exc
                 if not partial:
@@ -460,8 +462,10 @@ class HybridRetriever(ReturnsResult):
                 fused = fused[offset:]
         if store is None or not fused:
             return fused
-        with timed("rows"):
-            return await store.hydrate(fused)  # type: ignore[attr-defined]
+        with timed("rows", span=store_call("hydrate", store)) as call:
+            rows = await store.hydrate(fused)  # type: ignore[attr-defined]
+            call.returned(rows)
+            return rows
 
     @property
     def _rows_store(self) -> object | None:

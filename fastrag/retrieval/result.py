@@ -18,6 +18,10 @@ its failed branches and per-branch timings, however deeply it is wrapped. Each c
 and each task its own context, so concurrent calls on one retriever never see each other's state. Without
 a collector (a plain ``retrieve()`` call) reporting does nothing.
 
+Tracing: every stage :func:`timed` marks is also a child span, and :func:`retrieve_result` a search span
+(:mod:`fastrag.tracing`; no-ops without an OpenTelemetry SDK), with or without a collector; the failed,
+skipped and incomplete branches reported here are named on the search span too.
+
 Logging (logger ``fastrag.retrieval``): a failure is logged at ERROR exactly once, by the stage that
 absorbs it: :func:`retrieve_result` for a failed call, a hybrid retriever for a branch it leaves out of a
 partial result. An error that propagates to the caller is not logged on the way.
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from fastrag import tracing
 from fastrag.errors import FilterError, InvalidParameterError
 from fastrag.filters import FilterLike
 from fastrag.models import Document
@@ -137,19 +142,26 @@ def record_timing(name: str, seconds: float) -> None:
 
 
 class _Timer:
-    """The ``with`` block's wall time, added to stage ``name`` when it ends (even when it raises)."""
+    """The ``with`` block's wall time, added to stage ``name`` when it ends (even when it raises), inside the
+    stage's span."""
 
-    __slots__ = ("_name", "_start")
+    __slots__ = ("_name", "_span", "_start")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, span: AbstractContextManager[Any]) -> None:
         self._name = name
+        self._span = span
         self._start = 0.0
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> Any:
+        entered = self._span.__enter__()
         self._start = time.perf_counter()
+        return entered
 
-    def __exit__(self, *exc_info: object) -> None:
-        record_timing(self._name, time.perf_counter() - self._start)
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            record_timing(self._name, time.perf_counter() - self._start)
+        finally:
+            self._span.__exit__(*exc_info)
 
 
 class _Stage:
@@ -172,11 +184,18 @@ class _Stage:
 _UNOBSERVED = nullcontext()  # outside retrieve_result() nobody collects: time and names cost nothing
 
 
-def timed(name: str) -> AbstractContextManager[None]:
-    """Time the ``with`` block as stage ``name`` (see :func:`record_timing`), even when it raises.
+def timed(
+    name: str, *, span: str | AbstractContextManager[Any] | None = None, attributes: Mapping[str, Any] | None = None
+) -> AbstractContextManager[Any]:
+    """Time the ``with`` block as stage ``name`` (see :func:`record_timing`), even when it raises, and trace it
+    as a child span: ``span`` names it (default ``name``; constant ``attributes``, see
+    :func:`fastrag.tracing.span`), or is the span's own context manager (:func:`fastrag.tracing.store_call`),
+    whose ``__enter__`` result ``as`` gives. Spans are no-ops without an OpenTelemetry SDK.
 
     Outside a :func:`retrieve_result` call nothing is collected, and the block is not timed at all."""
-    return _UNOBSERVED if _collector.get() is None else _Timer(name)
+    if span is None or isinstance(span, str):
+        span = tracing.span(name if span is None else span, attributes=attributes)
+    return span if _collector.get() is None else _Timer(name, span)
 
 
 def stage(name: str) -> AbstractContextManager[None]:
@@ -199,6 +218,7 @@ def record_skipped(name: str, reason: str) -> None:
     """Report that hybrid branch ``name`` was not run, and why (``skipped_branches`` of the current
     :func:`retrieve_result` call, if any; a nested branch is named ``"outer/inner"``)."""
     collector = _collector.get()
+    tracing.note_skipped_branch(_prefix.get() + name)
     if collector is not None:
         collector.skipped[_prefix.get() + name] = reason
 
@@ -207,6 +227,7 @@ def record_incomplete(name: str, reason: str) -> None:
     """Report that stage ``name`` stopped before examining every candidate, and why: the current
     :func:`retrieve_result` call (if any) is then ``partial``, with ``incomplete[name] = reason``."""
     collector = _collector.get()
+    tracing.note_incomplete(_prefix.get() + name)
     if collector is not None:
         collector.incomplete[_prefix.get() + name] = reason
 
@@ -221,6 +242,7 @@ def record_branch_failure(name: str, error: Exception, *, absorbed: bool) -> Non
             logs it. ``False`` when the error ends the call.
     """
     collector = _collector.get()
+    tracing.note_failed_branch(_prefix.get() + name, absorbed=absorbed)
     if collector is not None:
         collector.failed[_prefix.get() + name] = error
         collector.absorbed = collector.absorbed or absorbed
@@ -253,6 +275,20 @@ async def retrieve_result(
         InvalidParameterError: the arguments are invalid (``k``, the query), as ``retrieve`` raises them.
         FilterError: the filter is malformed or cannot be expressed by the backend.
     """
+    with tracing.search() as trace:
+        result = await _retrieve_result(retriever, query, k=k, filter=filter, offset=offset)
+        if trace is not None:
+            # a knowledge base that called this names its own strategy: these are defaults
+            trace.annotate({tracing.RETRIEVAL_TOP_K: k, tracing.SEARCH_STRATEGY: _describe(retriever)}, default=True)
+            trace.hits(len(result.documents))
+            if result.error is not None:
+                trace.failed_with(result.error)
+        return result
+
+
+async def _retrieve_result(
+    retriever: Retriever, query: str, *, k: int, filter: FilterLike | None, offset: int  # noqa: A002
+) -> RetrievalResult:
     collector = _Collector()
     token = _collector.set(collector)
     prefix_token = _prefix.set("")
@@ -287,6 +323,7 @@ async def retrieve_result(
         incomplete=collector.incomplete,
         skipped_branches=collector.skipped,
     )
+
 
 
 class ReturnsResult:

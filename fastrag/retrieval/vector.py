@@ -6,6 +6,7 @@ import logging
 
 import numpy as np
 
+from fastrag import tracing
 from fastrag.errors import DimensionMismatchError, EmbeddingError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
@@ -86,7 +87,7 @@ class VectorRetriever(ReturnsResult):
         check_k(k, self.limits)
         check_offset(offset, k, self.limits)
         node = combine_filters(self.filter, filter)
-        with timed("embed"):
+        with timed("embed", span=tracing.embedding(_model_name(self.embedder))):
             embedding = self._checked(await self.embedder.embed_query(query))
         if not embedding.any():
             # every word of the question is outside the model's vocabulary: it has no dense neighbours
@@ -97,8 +98,9 @@ class VectorRetriever(ReturnsResult):
                 "vocabulary); no dense results for %r", getattr(self.embedder, "name", self.embedder), query[:80],
             )
             return []
-        with timed("search"):
+        with timed("search", span=tracing.store_call("search_vector", self.vector_store)) as call:
             found = await self.vector_store.search_vector(embedding, k=offset + k, filter=node)
+            call.returned(found)
         if self.min_score is not None:
             found = keep_above(found, self.min_score)
         return found[offset:] if offset else found
@@ -119,3 +121,8 @@ class VectorRetriever(ReturnsResult):
         if not np.issubdtype(vector.dtype, np.number) or not np.isfinite(vector).all():
             raise EmbeddingError(f"{self.embedder!r} returned a query vector with NaN or infinity")
         return vector
+
+
+def _model_name(embedder: object) -> str | None:
+    name = getattr(embedder, "name", None)
+    return name if isinstance(name, str) else None
