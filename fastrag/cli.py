@@ -23,6 +23,7 @@ import click
 
 from fastrag.config import (
     EMBEDDERS,
+    EVAL_MODES,
     MODES,
     RERANKERS,
     Settings,
@@ -484,7 +485,8 @@ def _shell_quote(text: str) -> str:
 
 @asynccontextmanager
 async def _open_knowledge_base(
-    settings: Settings, *, rerank: str = "none", rerank_model: str | None = None
+    settings: Settings, *, rerank: str = "none", rerank_model: str | None = None, kb_settings: Any = None,
+    rerank_given: bool = False,
 ) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
     """The knowledge base ``search`` and ``ask`` search: the existing store(s), the embedder the store recorded
     (none in keyword mode), and the ``--rerank`` reranker; yields it with the request settings that name the
@@ -511,16 +513,19 @@ async def _open_knowledge_base(
             click.echo(f"reranking with {said}", err=True)
         if rerank == "embedder":
             _warn_same_model_rerank(rerank_model, settings.embedding_model or store.embedding_model)
-        if rerank == "embedder" and rerank_model is None and embedder:
+        if rerank == "none":
+            extra = {"rerank": False} if rerank_given else {}  # --rerank none wins over FASTRAG_RERANK / the file
+        elif rerank == "embedder" and rerank_model is None and embedder:
             extra = {"rerank": True, "rerank_model": "embedder"}  # the knowledge base's own embedder, as everywhere
-        elif rerank != "none":
+        else:
             reranker = await stack.enter_async_context(
                 open_reranker(rerank, rerank_model, embedding_model=embedder.name if embedder else
                               settings.embedding_model or store.embedding_model)
             )
             extra = {"rerank": True, "rerank_model": reranker}
         kb = await stack.enter_async_context(
-            KnowledgeBase(store, lexical_store=lexical if lexical is not store else None, embedder=embedder)
+            KnowledgeBase(store, lexical_store=lexical if lexical is not store else None, embedder=embedder,
+                          settings=kb_settings)
         )
         yield kb, extra
 
@@ -561,21 +566,29 @@ def _best_reranker(settings: Settings, rerank_model: str | None) -> tuple[str, s
                               "configure a cross-encoder folder with FASTRAG_RERANK_MODEL for a better one)")  # fmt: skip
 
 
-def _search_request(settings: Settings, given: dict[str, Any]) -> dict[str, Any]:
-    """The request's search settings: the ``FASTRAG_*`` variables and ``fastrag.toml`` (``settings.search``),
-    the mode and score thresholds as :func:`~fastrag.config.load_settings` merged them, then the flags given.
-    A bad value is invalid input (exit 1)."""
+CLI_TOP_K = 5
+"""``fastrag search`` and ``ask`` return this many results unless ``--top-k``, ``FASTRAG_TOP_K`` or
+``fastrag.toml`` say otherwise (a terminal shows five; the library's default is 20)."""
+
+
+def _search_request(settings: Settings, given: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``(knowledge-base layer, request)`` of a command-line search: the ``FASTRAG_*`` variables and
+    ``fastrag.toml`` (``settings.search``) are the knowledge base's settings, over :data:`CLI_TOP_K`; the flags
+    given, the mode and the score thresholds are the request. A bad value is invalid input (exit 1)."""
     from fastrag.settings import SearchSettings
 
-    request = {**(settings.search.to_dict() if settings.search else {}), "mode": settings.mode,
-               **_thresholds_set(settings)}
+    layer = {"top_k": CLI_TOP_K, **(settings.search.to_dict() if settings.search else {})}
+    # the mode and the thresholds as load_settings merged them (flag, variable, file: it names each in its
+    # errors) are checked together with the flags, so they go with the request
+    request = {"mode": settings.mode, **_thresholds_set(settings)}
     request.update({k: v for k, v in given.items() if v is not None and v != ()})
     try:
+        kb_settings = SearchSettings.from_mapping(layer)
         SearchSettings.from_mapping(request)
     except FastragError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_INVALID)
-    return request
+    return kb_settings, request
 
 
 def _resolved_json(resolved: Any) -> dict[str, Any]:
@@ -631,8 +644,8 @@ def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @main.command()
 @click.argument("query")
 @click.option("--store", "store_url", help="Store URL (default: sqlite:///.fastrag/fastrag.db, or FASTRAG_STORE).")
-@click.option("--top-k", "-k", default=5, show_default=True, help="How many documents to return.")
-@click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid, or FASTRAG_MODE).")
+@click.option("--top-k", "-k", type=int, help="How many documents to return (default 5, or FASTRAG_TOP_K).")
+@click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid, or FASTRAG_MODE); auto: by corpus size.")
 @click.option("--filter", "filter_json", help='Metadata filter as JSON, e.g. \'{"equals": {"key": "title", "value": "A"}}\'.')
 @click.option("--include-glob", multiple=True, help="Keep only results whose source_uri matches (repeatable).")
 @click.option("--exclude-glob", multiple=True, help="Drop results whose source_uri matches (repeatable).")
@@ -683,15 +696,17 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
                           "embedding_model": model, **embedder_options, **threshold_options})
     _check_thresholds(settings, rerank=rerank)
     _language_options(language, detect_all=False)  # a bad code is refused before the store is opened
-    request = _search_request(settings, {
-        "top_k": top_k, "candidate_k": candidate_k, "include_glob": include_glob or None,
+    kb_settings, request = _search_request(settings, {
+        "mode": mode, "top_k": top_k, "candidate_k": candidate_k, "include_glob": include_glob or None,
         "exclude_glob": exclude_glob or None, "path_filter": path_filter, "language": language,
-        "group_by": group_by, **fusion_options,
+        "group_by": group_by, **threshold_options, **fusion_options,
     })
+    rerank_given = click.get_current_context().get_parameter_source("rerank") is click.core.ParameterSource.COMMANDLINE
 
     async def go() -> Any:
         node = parse_filter(filter_json)
-        async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model) as (kb, reranking):
+        async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model, kb_settings=kb_settings,
+                                        rerank_given=rerank_given) as (kb, reranking):
             # a path filter that stopped at max_k candidates says so in result.incomplete (never "no match")
             result = await kb.search_result(query, filter=node, offset=offset, user_id=user_id, agent_id=agent_id,
                                             **{**request, **reranking})  # fmt: skip
@@ -752,8 +767,8 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @main.command()
 @click.argument("question")
 @click.option("--store", "store_url", help="Store URL (default: sqlite:///.fastrag/fastrag.db, or FASTRAG_STORE).")
-@click.option("--top-k", "-k", default=5, show_default=True, help="How many retrieved documents the LLM reads.")
-@click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid, or FASTRAG_MODE).")
+@click.option("--top-k", "-k", type=int, help="How many retrieved documents the LLM reads (default 5, or FASTRAG_TOP_K).")
+@click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid, or FASTRAG_MODE); auto: by corpus size.")
 @click.option("--filter", "filter_json", help="Metadata filter as JSON (as for search).")
 @click.option("--lexical-store", "lexical_store_url",
               help="A second store for BM25, for a vector store without full text (or FASTRAG_LEXICAL_STORE).")
@@ -768,12 +783,18 @@ def search(query: str, store_url: str | None, top_k: int, mode: str | None, filt
 @click.option("--llm-model", help="The model the endpoint serves (or FASTRAG_LLM_MODEL).")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer, its status, citations and sources as JSON.")
 @click.option("--model", "model", help="The embedder's model (default: the one the store recorded).")
+@click.option("--include-glob", multiple=True, help="Read only sources whose source_uri matches (repeatable).")
+@click.option("--exclude-glob", multiple=True, help="Skip sources whose source_uri matches (repeatable).")
+@click.option("--path-filter", help="Read only sources whose source_uri matches this regular expression.")
+@click.option("--language", "language", help="The question's language for BM25 (a code, or auto), as for search.")
+@_fusion_options
 @_threshold_options
 @_embedder_options
-def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filter_json: str | None,
+def ask(question: str, store_url: str | None, top_k: int | None, mode: str | None, filter_json: str | None,
         lexical_store_url: str | None, rerank: str, rerank_model: str | None, candidate_k: int | None,
         llm_base_url: str | None, llm_model: str | None, as_json: bool, model: str | None,
-        embedder_options: dict[str, Any], threshold_options: dict[str, Any]) -> None:
+        include_glob: tuple[str, ...], exclude_glob: tuple[str, ...], path_filter: str | None, language: str | None,
+        embedder_options: dict[str, Any], threshold_options: dict[str, Any], fusion_options: dict[str, Any]) -> None:
     """Answer QUESTION with an LLM from the indexed documents, citing them as [n].
 
     Needs an OpenAI-compatible chat-completions endpoint (--llm-base-url and --llm-model, or
@@ -795,16 +816,23 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
                    "FASTRAG_LLM_BASE_URL and FASTRAG_LLM_MODEL) to an OpenAI-compatible chat-completions server",
                    err=True)
         sys.exit(EXIT_INVALID)
-    request = _search_request(settings, {"top_k": top_k, "candidate_k": candidate_k})
+    kb_settings, request = _search_request(settings, {
+        "mode": mode, "top_k": top_k, "candidate_k": candidate_k, "include_glob": include_glob or None,
+        "exclude_glob": exclude_glob or None, "path_filter": path_filter, "language": language,
+        **threshold_options, **fusion_options,
+    })
+    rerank_given = click.get_current_context().get_parameter_source("rerank") is click.core.ParameterSource.COMMANDLINE
 
     async def go() -> Any:
         node = parse_filter(filter_json)
         async with OpenAICompatibleLLM(base_url=settings.llm_base_url, model=settings.llm_model,
                                        api_key=os.environ.get("FASTRAG_LLM_API_KEY") or None) as llm:
-            async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model) as (kb, reranking):
+            async with _open_knowledge_base(settings, rerank=rerank, rerank_model=rerank_model, kb_settings=kb_settings,
+                                            rerank_given=rerank_given) as (kb, reranking):
                 retriever = kb.as_retriever(**{**request, **reranking})
-                engine = QueryEngine(retriever=retriever, llm=llm, k=top_k)
-                retrieval = await retrieve_with_status(retriever, question, k=top_k, filter=node)
+                k = kb.resolve(**{**request, **reranking}).top_k
+                engine = QueryEngine(retriever=retriever, llm=llm, k=k)
+                retrieval = await retrieve_with_status(retriever, question, k=k, filter=node)
                 if retrieval.retrieval_failed:  # never ask the LLM without its sources
                     _retrieval_failed(retrieval.error, settings.store)
                 try:
@@ -850,7 +878,7 @@ def ask(question: str, store_url: str | None, top_k: int, mode: str | None, filt
 @main.command(name="eval")
 @click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--split", default="test", show_default=True, help="Which qrels/{split}.tsv to use.")
-@click.option("--mode", type=click.Choice(MODES), help="Retrieval mode (default: hybrid).")
+@click.option("--mode", type=click.Choice(EVAL_MODES), help="Retrieval mode (default: hybrid).")
 @click.option("--top-k", default=100, show_default=True, help="Documents retrieved per query (>= 100 for Recall@100).")
 @click.option("--store", "store_url", help="Index into this store instead of a temporary one.")
 @click.option("--model", "model", help="The embedder's model (as for index; default: the embedder's default).")
@@ -890,6 +918,10 @@ def eval_(dataset_dir: Path, split: str, mode: str | None, top_k: int, store_url
         sys.exit(EXIT_INVALID)
     settings = _settings({"mode": mode, "embedding_model": model, "lexical_store": lexical_store_url,
                           "embedding_cache": embedding_cache, **embedder_options})
+    if settings.mode not in EVAL_MODES:  # FASTRAG_MODE=auto or fastrag.toml: eval measures one fixed mode
+        click.echo(f"error: eval ranks with one mode ({', '.join(EVAL_MODES)}), not {settings.mode!r} "
+                   "(FASTRAG_MODE or fastrag.toml); give --mode", err=True)
+        sys.exit(EXIT_INVALID)
     if _thresholds_set(settings):  # from FASTRAG_MIN_* or fastrag.toml: say so rather than drop them unsaid
         cuts = ", ".join(f"{k}={v:g}" for k, v in _thresholds_set(settings).items())
         click.echo(f"warning: eval ranks without score thresholds; the settings' {cuts} are not applied "

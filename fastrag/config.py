@@ -103,7 +103,10 @@ __all__ = [
 ]
 
 DEFAULT_STORE_URL = "sqlite:///.fastrag/fastrag.db"
-MODES = ("hybrid", "vector", "keyword")
+MODES = ("hybrid", "vector", "keyword", "auto")
+"""The modes ``FASTRAG_MODE``, ``fastrag.toml`` and ``fastrag search --mode`` accept (:data:`fastrag.settings.SEARCH_MODES`)."""
+EVAL_MODES = ("hybrid", "vector", "keyword")
+"""The modes ``fastrag eval`` and :func:`build_retriever` take (``"auto"`` decides by corpus size per search)."""
 EMBEDDERS = ("model2vec", "openai", "sentence-transformers", "cohere")
 """The embedder kinds :func:`open_embedder` builds (and ``--embedder`` accepts)."""
 EMBEDDING_CACHE_FILE = "embedding-cache.db"
@@ -227,6 +230,10 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
             raise ConfigurationError(
                 f"{config_path}: unknown settings {sorted(unknown)}; known: {sorted({*_ENV, *search_keys})}"
             )
+        if "search_mode" in table:  # the older name of mode (fastrag.settings.ALIASES)
+            if "mode" in table:
+                raise ConfigurationError(f"{config_path}: search_mode is another name for mode: give one of them")
+            table["mode"] = table.pop("search_mode")
         for key in set(table) & set(search_keys):
             search_values[key], search_origin[key] = table.pop(key), str(config_path)
         for key, value in table.items():
@@ -246,6 +253,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
     for key, var in _search_env().items():
         if env.get(var):
             search_values[key], search_origin[key] = env[var], var
+    if env.get("FASTRAG_SEARCH_MODE") and not env.get("FASTRAG_MODE"):  # the older name of FASTRAG_MODE
+        values["mode"], origin["mode"] = env["FASTRAG_SEARCH_MODE"], "FASTRAG_SEARCH_MODE"
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - set(_ENV)
     if unknown:
@@ -264,7 +273,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None, *, env: Mapping[st
         raise ConfigurationError(str(exc)) from exc
     settings = replace(Settings(), **values)
     if settings.mode not in MODES:
-        raise ConfigurationError(f"unknown mode {settings.mode!r}; expected one of {', '.join(MODES)}")
+        where = f" ({origin['mode']})" if "mode" in origin else ""
+        raise ConfigurationError(f"unknown mode {settings.mode!r}{where}; expected one of {', '.join(MODES)}")
     if settings.embedder is not None and settings.embedder not in EMBEDDERS:
         raise ConfigurationError(f"unknown embedder {settings.embedder!r}; expected one of {', '.join(EMBEDDERS)}")
     return settings
@@ -274,7 +284,9 @@ def _search_env() -> dict[str, str]:
     """``{option: FASTRAG_<OPTION>}`` for the search options :class:`Settings` does not hold itself."""
     from fastrag.settings import OPTIONS
 
-    return {o.name: o.env for o in OPTIONS if o.name not in _ENV}
+    names = {o.name: o.env for o in OPTIONS if o.name not in _ENV}
+    names["retrieval_k"] = "FASTRAG_RETRIEVAL_K"  # the older name of candidate_k (fastrag.settings.ALIASES)
+    return names
 
 
 def _positive_int(value: Any, key: str, var: str) -> int:
@@ -685,8 +697,8 @@ def build_retriever(
     from fastrag.planning import compose
     from fastrag.settings import SearchSettings, resolve_settings
 
-    if mode not in MODES:
-        raise ConfigurationError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if mode not in EVAL_MODES:
+        raise ConfigurationError(f"unknown mode {mode!r}; expected one of {', '.join(EVAL_MODES)}")
     name = getattr(embedder, "name", None) if embedder is not None else None
     name = name if isinstance(name, str) else None
     try:

@@ -354,7 +354,8 @@ class SearchSettings:
         if self.group_score is not None and self.group_score not in ("max", "sum"):
             raise InvalidParameterError(f"group_score must be 'max' or 'sum', got {self.group_score!r}")
         if self.rerank is not None and not isinstance(self.rerank, bool):
-            raise InvalidParameterError(f"rerank must be true or false, got {self.rerank!r}")
+            raise InvalidParameterError(f"rerank must be true or false, got {self.rerank!r} (the reranker itself is "
+                                        "rerank_model: 'embedder', 'cohere[:model]' or a cross-encoder folder)")  # fmt: skip
         model = self.rerank_model
         if model is not None:
             from fastrag.protocols import Reranker
@@ -373,9 +374,16 @@ class SearchSettings:
             for name in ("min_score", "min_vector_score", "min_keyword_score"):
                 check_min_score(getattr(self, name), name=name)
             check_min_relative_score(self.min_relative_score)
-        if self.path_filter is not None and (not isinstance(self.path_filter, str) or not self.path_filter):
-            raise InvalidParameterError(f"path_filter must be a regular expression (a non-empty string), got "
-                                        f"{self.path_filter!r}")  # fmt: skip
+        if self.path_filter is not None:
+            if not isinstance(self.path_filter, str) or not self.path_filter:
+                raise InvalidParameterError(f"path_filter must be a regular expression (a non-empty string), got "
+                                            f"{self.path_filter!r}")  # fmt: skip
+            import regex
+
+            try:  # the engine PathFilterRetriever matches with: a bad pattern is refused where it is set
+                regex.compile(self.path_filter)
+            except regex.error as exc:
+                raise InvalidParameterError(f"path_filter is not a valid regular expression: {exc}") from exc
         if self.language is not None:
             from fastrag.analysis import language_code
 

@@ -868,3 +868,36 @@ def test_rerank_embedder_with_the_retrieval_model_warns_at_run_time(in_index: Pa
         (other / file.name).symlink_to(file)
     different = cli("search", "pelican", "--rerank", "embedder", "--rerank-model", str(other))
     assert different.exit_code == 0 and "warning" not in different.stderr
+
+
+# ------------------------------------------------------------------ one vocabulary (a fresh user's findings)
+
+
+def test_fastrag_top_k_and_the_toml_top_k_reach_search_and_a_flag_wins(in_index: Path, tmp_path: Path) -> None:
+    """FASTRAG_TOP_K and fastrag.toml's top_k were checked, then dropped: --top-k's default 5 always won."""
+    payload = search_json("field report", "--mode", "keyword", env={"FASTRAG_TOP_K": "2"})
+    assert len(payload["documents"]) == 2
+    assert payload["settings"]["top_k"] == {"value": 2, "origin": "knowledge_base"}  # variables: the kb layer
+    assert len(search_json("field report", "--mode", "keyword", "--top-k", "3", env={"FASTRAG_TOP_K": "2"})["documents"]) == 3
+    assert search_json("field report", "--mode", "keyword")["settings"]["top_k"]["value"] == 5  # the CLI's default
+
+
+def test_rerank_none_on_the_command_line_wins_over_fastrag_rerank(in_index: Path) -> None:
+    payload = search_json("field report", "--rerank", "none", env={"FASTRAG_RERANK": "true"})
+    assert payload["strategy"] == "hybrid" and payload["settings"]["rerank"]["value"] is False
+    assert search_json("field report", env={"FASTRAG_RERANK": "true"})["strategy"] == "hybrid+rerank"
+
+
+def test_mode_auto_is_a_mode_on_the_command_line_too(in_index: Path) -> None:
+    assert search_json("field report", "--mode", "auto")["strategy"] == "direct"  # a small corpus: exact fusion
+    assert search_json("field report", env={"FASTRAG_MODE": "auto"})["strategy"] == "direct"
+
+
+def test_the_older_names_are_read_from_the_environment_and_the_file(in_index: Path) -> None:
+    payload = search_json("field report", env={"FASTRAG_SEARCH_MODE": "keyword", "FASTRAG_RETRIEVAL_K": "12"})
+    assert payload["settings"]["mode"]["value"] == "keyword" and payload["settings"]["candidate_k"]["value"] == 12
+
+
+def test_a_bad_path_filter_is_refused_where_it_is_set(in_index: Path) -> None:
+    result = cli("search", "field report", "--path-filter", "(")
+    assert result.exit_code == 1 and "path_filter is not a valid regular expression" in result.stderr

@@ -143,6 +143,7 @@ class RetrieveRequest(_Tenant):
     mode: Literal["vector", "keyword", "hybrid", "auto"] | None = None
     search_mode: Literal["vector", "keyword", "hybrid", "auto"] | None = Field(None, description="older name of mode")
     candidate_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates per branch and for the reranker")
+    retrieval_k: Count | None = Field(None, ge=1, le=MAX_K, description="older name of candidate_k")
     vector_candidate_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates of the dense branch")
     keyword_candidate_k: Count | None = Field(None, ge=1, le=MAX_K, description="candidates of the BM25 branch")
     fusion: Literal["weighted", "rrf"] | FusionOptions | None = Field(
@@ -165,10 +166,10 @@ class RetrieveRequest(_Tenant):
         None, gt=0, description="hybrid, auto: keep results scoring at least this fraction of the query's best fused score")
     min_vector_score: float | None = Field(None, description="drop dense (k-NN) hits whose cosine is below this (before fusion)")
     min_keyword_score: float | None = Field(None, description="drop BM25 hits scoring below this (before fusion)")
-    include_glob: list[Glob] | None = Field(None, min_length=1, max_length=64,
-                                            description="keep results whose source_uri matches one of these globs")
-    exclude_glob: list[Glob] | None = Field(None, min_length=1, max_length=64,
-                                            description="drop results whose source_uri matches one of these globs")
+    include_glob: Glob | list[Glob] | None = Field(None, description="keep results whose source_uri matches this "
+                                                   "glob or one of these (at most 64)")
+    exclude_glob: Glob | list[Glob] | None = Field(None, description="drop results whose source_uri matches this "
+                                                   "glob or one of these (at most 64)")
     path_filter: StrictStr | None = Field(None, min_length=1, max_length=1024,
                                           description="keep results whose source_uri matches this regular expression")
     path_filter_timeout: float | None = Field(None, gt=0, le=60, description="seconds one search may spend in path_filter")
@@ -190,6 +191,8 @@ class RetrieveRequest(_Tenant):
                 out[option.name] = getattr(self, option.name)
         if self.search_mode is not None:
             out["search_mode"] = self.search_mode
+        if self.retrieval_k is not None:
+            out["retrieval_k"] = self.retrieval_k
         if isinstance(self.fusion, FusionOptions):
             f = self.fusion
             out.update({k: v for k, v in (("fusion", f.method), ("vector_weight", f.vector_weight),
