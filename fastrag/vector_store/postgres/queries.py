@@ -16,11 +16,13 @@ __all__ = ["bm25_query", "knn_query"]
 
 def bm25_query(names: Names, where: Any, *, k1: float, b: float) -> Any:
     """BM25 (Lucene's formula: ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, term part
-    ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))``) of every document holding a query term, filtered
-    by ``where``, best first, ties by id (code point order).
+    ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))``, each term's part times its count in the query;
+    :mod:`fastrag.scoring`) of every document holding a query term, filtered by ``where``, best first, ties
+    by id (code point order).
 
-    Parameters, in order: the distinct query terms (``text[]``), ``where``'s parameters, ``k``. Rows:
-    ``(id, content, metadata_text, score)``.
+    Parameters, in order: the query terms (``text[]``) with repeats, a term once per occurrence
+    (:func:`fastrag.scoring.repeated_terms`; a list of distinct terms scores each once), ``where``'s
+    parameters, ``k``. Rows: ``(id, content, metadata_text, score)``.
     """
     from psycopg import sql
 
@@ -28,11 +30,13 @@ def bm25_query(names: Names, where: Any, *, k1: float, b: float) -> Any:
     # query terms' postings (index-only range scans of the primary key, which covers tf and doc_len),
     # their document frequencies, the scores per document; then the documents they name, filtered and cut.
     return sql.SQL(
-        "WITH p AS MATERIALIZED (SELECT term, doc_key, tf, doc_len FROM {terms} WHERE term = ANY(%s)),"
+        "WITH q AS MATERIALIZED (SELECT term, count(*)::float8 AS qtf FROM unnest(%s::text[]) AS u(term) GROUP BY term),"
+        " p AS MATERIALIZED (SELECT term, doc_key, tf, doc_len FROM {terms}"
+        "                    WHERE term = ANY(ARRAY(SELECT term FROM q))),"
         " st AS MATERIALIZED (SELECT n_docs::float8 AS n,"
         "                     greatest(total_len, 1)::float8 / greatest(n_docs, 1) AS avgdl FROM {stats}),"
-        " w AS MATERIALIZED (SELECT term, ln(1 + ((SELECT n FROM st) - count(*) + 0.5) / (count(*) + 0.5)) AS idf"
-        "                    FROM p GROUP BY term),"
+        " w AS MATERIALIZED (SELECT p.term, max(q.qtf) * ln(1 + ((SELECT n FROM st) - count(*) + 0.5) / (count(*) + 0.5))"
+        "                    AS idf FROM p JOIN q ON q.term = p.term GROUP BY p.term),"
         " s AS (SELECT p.doc_key, sum(w.idf * p.tf * {k1p1}"
         "              / (p.tf + {k1} * (1 - {b} + {b} * p.doc_len / (SELECT avgdl FROM st)))) AS score"
         "       FROM p JOIN w ON w.term = p.term GROUP BY p.doc_key)"

@@ -1,0 +1,163 @@
+"""Issue 25, relevance defaults that never lose: a branch's true matches stay above its non-matches after
+fusion; BM25 by Lucene's conventions (repeated query terms counted, English possessives dropped, a new
+analysis version); embedders that declare their languages."""
+
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+
+import numpy as np
+import pytest
+
+from fastrag.analysis import ANALYSIS_VERSION, Analyzer
+from fastrag.errors import ConfigurationError
+from fastrag.models import Document
+from fastrag.scoring import bm25_scores, query_term_counts
+from fastrag.vector_store.sqlite import SQLiteVectorStore, lexical
+
+pytestmark = pytest.mark.anyio
+
+
+# ------------------------------------------------------------------------------------ Lucene's BM25
+
+
+def test_repeated_query_terms_count_once_per_occurrence_by_hand() -> None:
+    # Lucene BM25 (k1 1.2, b 0.75) by hand. Documents: d1 "apple banana" (2 terms), d2 "banana cherry
+    # cherry cherry" (4), d3 "cherry" (1); avgdl 7/3. Query "banana banana cherry": qtf(banana) = 2.
+    docs = {"d1": ["appl", "banana"], "d2": ["banana", "cherri", "cherri", "cherri"], "d3": ["cherri"]}
+    n, avgdl = 3, 7 / 3
+
+    def part(tf: int, length: int) -> float:
+        return tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avgdl))
+
+    idf = lambda df: math.log(1 + (n - df + 0.5) / (df + 0.5))
+    expected = {
+        "d1": 2 * idf(2) * part(1, 2),
+        "d2": 2 * idf(2) * part(1, 4) + idf(2) * part(3, 4),
+        "d3": idf(2) * part(1, 1),
+    }
+    query = Analyzer().analyze("banana banana cherry", for_query=True)
+    assert query == ["banana", "banana", "cherri"]
+    assert query_term_counts([query]) == {"banana": 2, "cherri": 1}
+    assert bm25_scores(docs, query) == pytest.approx(expected, rel=1e-12)
+
+
+async def test_the_sqlite_store_scores_a_repeated_query_term_per_occurrence() -> None:
+    texts = {"d1": "apple banana", "d2": "cherry cherry", "d3": "kiwi"}
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert([Document(id=i, content=t) for i, t in texts.items()])
+        found = await store.search_text("banana banana cherry", k=3)
+    analyzer = Analyzer()
+    expected = bm25_scores({i: analyzer.analyze(t) for i, t in texts.items()}, analyzer.analyze("banana banana cherry"))
+    assert {d.id: d.score for d in found} == pytest.approx(expected, rel=1e-6)
+    # banana counted once (fastrag before issue 25): d1 0.907 < d2 1.277; counted twice: d1 1.813, first
+    assert [d.id for d in found] == ["d1", "d2"]
+
+
+async def test_postgres_scores_a_repeated_query_term_per_occurrence(postgres_url: str) -> None:
+    import uuid
+
+    from fastrag.vector_store.postgres import PgVectorStore
+
+    texts = {"d1": "apple banana", "d2": "cherry cherry", "d3": "kiwi"}
+    table = f"t_{uuid.uuid4().hex[:16]}"
+    async with PgVectorStore(postgres_url, table=table) as pg, SQLiteVectorStore(":memory:") as lite:
+        for store in (pg, lite):
+            await store.upsert([Document(id=i, content=t) for i, t in texts.items()])
+        got = await pg.search_text("banana banana cherry", k=3)
+        want = await lite.search_text("banana banana cherry", k=3)
+    assert [d.id for d in got] == [d.id for d in want] == ["d1", "d2"]
+    assert [d.score for d in got] == pytest.approx([d.score for d in want], rel=1e-6)
+
+
+def test_query_term_counts_across_analyses_take_each_terms_largest_count() -> None:
+    assert query_term_counts([["a", "b", "a"], ["a", "c"], []]) == {"a": 2, "b": 1, "c": 1}
+    assert query_term_counts([]) == {}
+
+
+async def test_the_fast_path_matches_the_reference_on_random_collections() -> None:
+    rng = random.Random(3)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+    analyzer = Analyzer()
+    for trial in range(8):
+        texts = {f"d{i}": " ".join(rng.choices(words[: rng.randint(2, 8)], k=rng.randint(1, 12))) for i in range(40)}
+        query = " ".join(rng.choices(words, k=rng.randint(1, 7)))
+        async with SQLiteVectorStore(":memory:") as store:
+            await store.upsert([Document(id=i, content=t) for i, t in texts.items()])
+            found = await store.search_text(query, k=40)
+        expected = bm25_scores({i: analyzer.analyze(t) for i, t in texts.items()}, analyzer.analyze(query, for_query=True))
+        assert {d.id: d.score for d in found} == pytest.approx(expected, rel=1e-5), trial
+
+
+def test_maxscore_stays_exact_with_query_term_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(25)
+    n = 4000
+    lengths = rng.integers(1, 60, n + 1).astype(np.float64)
+    norms = lexical.BM25_K1 * (1 - lexical.BM25_B + lexical.BM25_B * lengths / lengths.mean())
+    lists = []
+    for t, share in enumerate((0.9, 0.5, 0.05, 0.005)):
+        docs = np.flatnonzero(rng.random(n) < share) + 1
+        lists.append(lexical._joined(None, [(docs, rng.integers(1, 5, len(docs)))], norms, f"t{t}"))
+    for weights in ([1, 1, 1, 1], [3, 1, 2, 1], [1, 5, 1, 2]):
+        everything = lexical.bm25_top(lists, live=None, allowed=None, n_docs=n, size=n + 1, k=10, query_weights=weights)
+        with monkeypatch.context() as m:
+            m.setattr(lexical, "MAXSCORE_MIN_POSTINGS", 0)
+            pruned = lexical.bm25_top(lists, live=None, allowed=None, n_docs=n, size=n + 1, k=10, query_weights=weights)
+
+        def top(rowids: np.ndarray, scores: np.ndarray) -> list[tuple[int, float]]:
+            return sorted(((int(r), round(float(s), 9)) for r, s in zip(rowids, scores, strict=True)),
+                          key=lambda p: (-p[1], p[0]))[:10]
+
+        assert top(*pruned) == top(*everything), weights
+
+
+def test_english_possessives_are_dropped() -> None:
+    english = Analyzer()
+    assert english.analyze("DDC's role in the children’s ward") == ["ddc", "role", "children", "ward"]
+    assert english.analyze("it's O'Brien's") == ["o", "brien"]  # "it" is a stopword; O'Brien is no possessive
+    assert english.analyze("the boys' DDC'S") == ["boy", "ddc"]
+    # another language's analysis keeps them (Lucene's possessive filter is English's)
+    assert Analyzer("de").analyze("DDC's") == ["ddc", "s"]
+
+
+def test_the_analysis_version_names_the_possessive_change() -> None:
+    assert ANALYSIS_VERSION == 3
+    assert Analyzer().signature.startswith("fastrag-analysis/3 ")
+
+
+async def test_a_sqlite_store_of_the_old_analysis_is_re_analysed(tmp_path) -> None:
+    path = tmp_path / "old.db"
+    async with SQLiteVectorStore(path) as store:
+        await store.upsert([Document(id="a", content="DDC's protocol"), Document(id="b", content="the s protocol")])
+    # as analysis version 2 left it: the signature, and the possessive as a term of its own
+    old = Analyzer().signature.replace("fastrag-analysis/3", "fastrag-analysis/2")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'analysis'", (old,))
+    async with SQLiteVectorStore(path) as store:
+        found = await store.search_text("s", k=5)
+        signature = dict(store._conn.execute("SELECT key, value FROM meta"))["analysis"]
+    assert signature == Analyzer().signature
+    assert [d.id for d in found] == ["b"]  # "DDC's" no longer holds a term "s"
+
+
+async def test_a_qdrant_collection_of_the_old_analysis_is_refused() -> None:
+    pytest.importorskip("qdrant_client")
+    from qdrant_client import AsyncQdrantClient
+
+    from fastrag.vector_store.qdrant import QdrantVectorStore
+
+    client = AsyncQdrantClient(location=":memory:")
+    try:
+        async with QdrantVectorStore(client=client, collection="docs", enable_bm25=True) as store:
+            await store.upsert([Document(id="a", content="DDC's protocol")])
+        info = await client.get_collection("docs")
+        meta = dict(info.config.metadata["fastrag"])
+        meta["analysis"] = meta["analysis"].replace("fastrag-analysis/3", "fastrag-analysis/2")
+        await client.update_collection("docs", metadata={"fastrag": meta})
+        with pytest.raises(ConfigurationError, match="fastrag-analysis/2"):
+            async with QdrantVectorStore(client=client, collection="docs", enable_bm25=True) as store:
+                await store.search_text("protocol", k=1)
+    finally:
+        await client.close()
