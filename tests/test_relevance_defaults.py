@@ -7,17 +7,36 @@ from __future__ import annotations
 import math
 import random
 import sqlite3
+import warnings
 
 import numpy as np
 import pytest
 
 from fastrag.analysis import ANALYSIS_VERSION, Analyzer
-from fastrag.errors import ConfigurationError
+from fastrag.embedding_languages import MODEL_LANGUAGES, UnknownLanguagesWarning
+from fastrag.errors import ConfigurationError, InvalidParameterError
+from fastrag.ingestion import (
+    CachedEmbedder,
+    EmbeddingCache,
+    Model2VecEmbedder,
+    OpenAICompatibleEmbedder,
+)
 from fastrag.models import Document
+from fastrag.protocols import SupportsLanguages
+from fastrag.retrieval import (
+    BM25Retriever,
+    HybridRetriever,
+    VectorRetriever,
+)
+from fastrag.retrieval.hybrid import embedder_languages
 from fastrag.scoring import bm25_scores, query_term_counts
 from fastrag.vector_store.sqlite import SQLiteVectorStore, lexical
 
 pytestmark = pytest.mark.anyio
+
+
+def ranked(pairs: list[tuple[str, float]]) -> list[Document]:
+    return [Document(id=i, content=i, metadata={"score": s, "rank": r}) for r, (i, s) in enumerate(pairs)]
 
 
 # ------------------------------------------------------------------------------------ Lucene's BM25
@@ -161,3 +180,54 @@ async def test_a_qdrant_collection_of_the_old_analysis_is_refused() -> None:
                 await store.search_text("protocol", k=1)
     finally:
         await client.close()
+
+
+# ------------------------------------------------------------------------------------ embedder languages
+
+
+def test_built_in_embedders_declare_their_languages() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownLanguagesWarning)
+        shipped = Model2VecEmbedder()
+        assert isinstance(shipped, SupportsLanguages) and shipped.languages == frozenset({"en"})
+        pytest.importorskip("sentence_transformers")
+        from fastrag.ingestion import SentenceTransformerEmbedder
+
+        minilm = SentenceTransformerEmbedder()  # all-MiniLM-L6-v2: English (issue 25: it was unknown)
+        assert isinstance(minilm, SupportsLanguages) and minilm.languages == frozenset({"en"})
+        assert embedder_languages(minilm) == frozenset({"en"})
+        multilingual = OpenAICompatibleEmbedder("paraphrase-multilingual-MiniLM-L12-v2", base_url="http://127.0.0.1:9/v1")
+        assert {"ar", "ko", "ja", "en", "de"} <= multilingual.languages  # type: ignore[operator]
+        declared = OpenAICompatibleEmbedder("my-model", base_url="http://127.0.0.1:9/v1", languages=["pt-BR", "de"])
+        assert declared.languages == frozenset({"pt", "de"})
+    assert MODEL_LANGUAGES["all-MiniLM-L6-v2"] == frozenset({"en"})
+
+
+def test_an_embedder_of_unknown_languages_warns_at_construction() -> None:
+    with pytest.warns(UnknownLanguagesWarning, match="text-embedding-3-small"):
+        embedder = OpenAICompatibleEmbedder("text-embedding-3-small", base_url="http://127.0.0.1:9/v1")
+    assert embedder.languages is None and embedder_languages(embedder) is None
+    with pytest.raises(InvalidParameterError, match="languages"):
+        OpenAICompatibleEmbedder("m", base_url="http://127.0.0.1:9/v1", languages="en")
+    with pytest.raises(InvalidParameterError, match="languages"):
+        OpenAICompatibleEmbedder("m", base_url="http://127.0.0.1:9/v1", languages=["english"])
+
+
+async def test_a_cached_embedder_keeps_the_wrapped_embedders_languages(tmp_path) -> None:
+    async with EmbeddingCache(tmp_path / "cache.db") as cache:
+        cached = CachedEmbedder(Model2VecEmbedder(), cache)
+        assert cached.languages == frozenset({"en"}) and embedder_languages(cached) == frozenset({"en"})
+
+
+async def test_minilm_is_left_out_of_a_hybrid_on_arabic_questions() -> None:
+    pytest.importorskip("sentence_transformers")
+    from fastrag.ingestion import SentenceTransformerEmbedder
+    from fastrag.retrieval.hybrid import SkippedBranchWarning
+
+    async with SQLiteVectorStore(":memory:") as store:
+        with pytest.warns(SkippedBranchWarning, match="all-MiniLM-L6-v2"):
+            retriever = HybridRetriever([
+                VectorRetriever(vector_store=store, embedder=SentenceTransformerEmbedder()),
+                BM25Retriever(store=store, language="ar"),
+            ])
+        assert set(retriever.skipped_branches) == {"vector"}

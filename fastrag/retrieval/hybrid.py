@@ -17,10 +17,11 @@ import anyio
 
 from fastrag.analysis import primary_language
 from fastrag.deferred import DEFER_ROWS_FOR, defers_rows
+from fastrag.embedding_languages import MODEL_LANGUAGES
 from fastrag.errors import InvalidParameterError, RetrievalTimeoutError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
-from fastrag.protocols import RankFusion, Retriever
+from fastrag.protocols import RankFusion, Retriever, SupportsLanguages
 from fastrag.retrieval._validation import check_k, check_positive_int, check_query, fetch_limit
 from fastrag.retrieval.bm25 import BM25Retriever
 from fastrag.retrieval.fusion import WeightedScoreFusion
@@ -85,21 +86,29 @@ DENSE_MODEL_CANDIDATE_K = 200
 :data:`DENSE_MODEL_LEXICAL_WEIGHT` (with 40: 0.001 lower on SciFact train, 0.007 on test)."""
 
 
-EMBEDDER_LANGUAGES: Mapping[str, frozenset[str]] = MappingProxyType(
-    {"static-minilm-d256": frozenset({"en"}), "static-minilm-d64": frozenset({"en"})}
-)
-"""The languages (ISO 639-1) known embedders were trained for, by ``embedder.name``: the shipped static
-models were distilled from all-MiniLM-L6-v2, an English model (its WordPiece vocabulary strips accents and
-spells most other scripts a character at a time). See :func:`embedder_languages`."""
+EMBEDDER_LANGUAGES: Mapping[str, frozenset[str]] = MappingProxyType({
+    **MODEL_LANGUAGES,
+    **{f"sentence-transformers:{model}": codes for model, codes in MODEL_LANGUAGES.items()},
+    **{f"cohere:{model}": codes for model, codes in MODEL_LANGUAGES.items() if model.startswith("embed-")},
+    **{f"openai:{model}": codes for model, codes in MODEL_LANGUAGES.items()},
+})
+"""The languages (ISO 639-1) known embedders were trained for, by ``embedder.name``, for an embedder that
+does not declare them (:class:`~fastrag.protocols.SupportsLanguages`): the models of
+:data:`fastrag.embedding_languages.MODEL_LANGUAGES` under their own names and the names the built-in
+embedders give them (``"sentence-transformers:all-MiniLM-L6-v2"``). The shipped static models and
+all-MiniLM-L6-v2 are English. See :func:`embedder_languages`."""
 
 
 def embedder_languages(embedder: object) -> frozenset[str] | None:
     """The languages ``embedder`` covers, ``None`` when unknown (a multilingual or undeclared model).
 
-    An embedder may declare them as a ``languages`` attribute (a set of ISO 639-1 codes); otherwise a
-    name in :data:`EMBEDDER_LANGUAGES` gives them.
+    An embedder declares them with a ``languages`` attribute (:class:`~fastrag.protocols.SupportsLanguages`,
+    as every built-in embedder does: a set of ISO 639-1 codes, or ``None`` for unknown); an embedder that
+    declares none (no attribute, ``None``, or a value that is not a non-empty set of strings) is looked up
+    by its ``name`` in :data:`EMBEDDER_LANGUAGES`. Unknown languages: the dense branch runs on questions in
+    every language (``docs/multilingual.md``).
     """
-    declared = getattr(embedder, "languages", None)
+    declared = embedder.languages if isinstance(embedder, SupportsLanguages) else None
     if isinstance(declared, set | frozenset) and declared and all(isinstance(c, str) for c in declared):
         return frozenset(code for c in declared if (code := primary_language(c)))
     name = getattr(embedder, "name", None)
