@@ -27,9 +27,11 @@ from fastrag.retrieval import (
     BM25Retriever,
     HybridRetriever,
     VectorRetriever,
+    WeightedScoreFusion,
 )
 from fastrag.retrieval.hybrid import embedder_languages
 from fastrag.scoring import bm25_scores, query_term_counts
+from fastrag.testing.fakes import PrecomputedEmbedder
 from fastrag.vector_store.sqlite import SQLiteVectorStore, lexical
 
 pytestmark = pytest.mark.anyio
@@ -37,6 +39,92 @@ pytestmark = pytest.mark.anyio
 
 def ranked(pairs: list[tuple[str, float]]) -> list[Document]:
     return [Document(id=i, content=i, metadata={"score": s, "rank": r}) for r, (i, s) in enumerate(pairs)]
+
+
+# ------------------------------------------------------------------------------------ the fusion floor
+
+# Per normalisation, a BM25 list whose lowest document ("low") normalised to exactly the value of a document
+# BM25 did not return, before the floor: min-max maps the lowest to 0; z-score gave the missing the list's
+# minimum; DBSF gave 0, which a score more than 3 std below the mean reaches; "none" gave min(0, lowest).
+TIE_LISTS = {
+    "min_max": [("top", 5.0), ("low", 1.0)],
+    "z_score": [("top", 5.0), ("low", 1.0)],
+    "dbsf": [(f"top{i}", 10.0) for i in range(20)] + [("low", 0.0)],
+    "none": [("top", 0.5), ("low", -0.5)],
+}
+
+
+@pytest.mark.parametrize("normalization", sorted(TIE_LISTS))
+def test_a_branch_match_never_normalises_to_the_value_of_a_non_match(normalization: str) -> None:
+    # "low" and "other" have the same dense score, "other" ahead in the dense list: the fused order of the
+    # two is decided by BM25 alone, where "low" is a match and "other" is not
+    results = {"bm25": ranked(TIE_LISTS[normalization]), "vector": ranked([("other", 0.5), ("low", 0.5), ("z", 0.1)])}
+    fused = WeightedScoreFusion(normalization=normalization).fuse(results)
+    score = {d.id: d.score for d in fused}
+    assert score["low"] > score["other"]
+    assert [d.id for d in fused].index("low") < [d.id for d in fused].index("other")
+    # floor=0 is the classic normalisation, which ties them (the bug): the dense list's order decides
+    classic = {d.id: d.score for d in WeightedScoreFusion(normalization=normalization, floor=0).fuse(results)}
+    assert classic["low"] == pytest.approx(classic["other"], abs=1e-12)
+
+
+def test_min_max_floor_maps_the_returned_documents_onto_floor_to_one() -> None:
+    fused = WeightedScoreFusion({"bm25": 1.0, "vector": 1e-12}, floor=0.25).fuse(
+        {"bm25": ranked([("a", 9.0), ("b", 5.0), ("c", 1.0)]), "vector": ranked([("d", 1.0)])}
+    )
+    assert {d.id: round(d.score, 9) for d in fused} == {"a": 1.0, "b": 0.625, "c": 0.25, "d": 0.0}
+
+
+@pytest.mark.parametrize("floor", [-0.1, 1.0, math.nan, "0.2", True])
+def test_a_bad_floor_is_refused(floor: object) -> None:
+    with pytest.raises(InvalidParameterError, match="floor"):
+        WeightedScoreFusion(floor=floor)  # type: ignore[arg-type]
+
+
+def test_every_normalisation_keeps_matches_above_non_matches_on_random_lists() -> None:
+    rng = random.Random(25)
+    for _ in range(200):
+        n = rng.randint(1, 12)
+        scores = [round(rng.uniform(-3, 30), rng.choice([0, 3])) for _ in range(n)]
+        if rng.random() < 0.2:
+            scores = [scores[0]] * n  # constant lists too
+        bm25 = ranked(sorted(((f"m{i}", s) for i, s in enumerate(scores)), key=lambda p: -p[1]))
+        for normalization in ("min_max", "z_score", "dbsf", "none"):
+            fusion = WeightedScoreFusion({"bm25": 1.0, "vector": 1e-9}, normalization=normalization)
+            fused = fusion.fuse({"bm25": bm25, "vector": ranked([("absent", 0.0)])})
+            worst_match = min(d.score for d in fused if d.id != "absent")
+            assert worst_match > next(d.score for d in fused if d.id == "absent"), (normalization, scores)
+
+
+async def test_the_default_hybrid_keeps_two_rare_term_hits_on_top() -> None:
+    # Issue 25's example: a query whose rare term has two BM25 hits, both relevant, at BM25 ranks 1 and 2.
+    # The dense branch (a shipped static model's name, so the default min-max BM25 0.9 / dense 0.1) ranks
+    # 39 other documents first and the second hit 40th. Before the floor, the second hit normalised to 0
+    # in BM25, as every document BM25 did not match, and fell behind all the dense-only candidates.
+    docs = [Document(id="hit-1", content="zyxomab enzyme kinetics"), Document(id="hit-2", content="the zyxomab assay")]
+    docs += [Document(id=f"dense-{i:02d}", content=f"unrelated text number {i}") for i in range(39)]
+    rng = np.random.default_rng(0)
+    query_vector = rng.normal(size=16).astype(np.float32)
+    query_vector /= np.linalg.norm(query_vector)
+    order = [f"dense-{i:02d}" for i in range(39)] + ["hit-1", "hit-2"]  # dense ranks: hits last
+    vectors = {}
+    for rank, doc_id in enumerate(order):
+        noise = rng.normal(size=16).astype(np.float32)
+        noise -= noise.dot(query_vector) * query_vector
+        noise /= np.linalg.norm(noise)
+        cosine = 0.95 - rank * 0.02
+        vectors[doc_id] = cosine * query_vector + math.sqrt(1 - cosine**2) * noise
+    by_id = {d.id: d for d in docs}
+    embedder = PrecomputedEmbedder("static-minilm-d256", {**{by_id[i].content: v for i, v in vectors.items()},
+                                                          "zyxomab": query_vector})
+    async with SQLiteVectorStore(":memory:") as store:
+        await store.upsert(docs, embeddings=np.stack([vectors[d.id] for d in docs]))
+        dense = await VectorRetriever(vector_store=store, embedder=embedder).retrieve("zyxomab", k=41)
+        assert [d.id for d in dense][-2:] == ["hit-1", "hit-2"]
+        hybrid = HybridRetriever([VectorRetriever(vector_store=store, embedder=embedder), BM25Retriever(store=store)])
+        assert hybrid.fusion.normalization == "min_max" and hybrid.fusion.floor > 0
+        top = await hybrid.retrieve("zyxomab", k=10)
+    assert {d.id for d in top[:2]} == {"hit-1", "hit-2"}
 
 
 # ------------------------------------------------------------------------------------ Lucene's BM25

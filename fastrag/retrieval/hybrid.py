@@ -38,6 +38,8 @@ __all__ = [
     "LEXICAL_WEIGHT_BY_EMBEDDER",
     "BranchErrorPolicy",
     "DENSE_MODEL_CANDIDATE_K",
+    "DENSE_MODEL_FLOOR",
+    "STATIC_MODEL_FLOOR",
     "STATIC_MODEL_CANDIDATE_K",
     "HybridRetriever",
     "default_candidate_k",
@@ -84,6 +86,28 @@ the documents per branch to fetch and fuse."""
 DENSE_MODEL_CANDIDATE_K = 200
 """Per-branch candidates by default for any other dense embedder: the train-best cell with
 :data:`DENSE_MODEL_LEXICAL_WEIGHT` (with 40: 0.001 lower on SciFact train, 0.007 on test)."""
+
+STATIC_MODEL_FLOOR = 0.2
+"""The default min-max fusion's ``floor`` with a shipped static model (:class:`WeightedScoreFusion`): a
+document BM25 matched normalises to at least 0.2, one it did not match to 0, so at BM25 0.9 / dense 0.1
+every BM25 match also ranks above every dense-only candidate (0.9 * 0.2 > 0.1).
+
+Evidence (issue 25; ``benchmarks/results/fusion_defaults_d256_floor.md``, ``docs/quality.md``): without a
+floor the lowest BM25 match tied with the documents BM25 did not match, and the 0.1 dense share ordered
+them (a query whose rare term had two relevant BM25 hits put the second at rank 28). With BM25 0.9 and 40
+candidates kept, 0.2 is the best floor > 0 on SciFact's 809 train queries (0.6967; 0.1: 0.6966, 0.3:
+0.6960, 0.5: 0.6952; no floor: 0.6969, within the spread of the top cells). SciFact test 0.6923 (no floor:
+0.6897); at least as good as BM25 alone on every XQuAD set."""
+
+DENSE_MODEL_FLOOR = 0.1
+"""The default z-score fusion's ``floor`` with any other dense embedder (:class:`WeightedScoreFusion`): a
+document a branch did not return sits a tenth of the list's z-score range (from ``g = 0.1 / 0.9``) below
+the branch's lowest returned one.
+
+Evidence (issue 25; ``benchmarks/results/fusion_defaults_minilm_floor.md``, ``docs/quality.md``): with
+all-MiniLM-L6-v2, BM25 0.55 and 200 candidates kept, 0.1 is the best floor > 0 on SciFact's train queries
+(0.7320, as without a floor; 0.2: 0.7311, 0.3: 0.7306); SciFact test 0.7371 (no floor: 0.7352), XQuAD-en
+0.9773 (BM25 alone 0.9643)."""
 
 
 EMBEDDER_LANGUAGES: Mapping[str, frozenset[str]] = MappingProxyType({
@@ -179,11 +203,14 @@ def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusio
     For exactly one branch named ``"bm25"`` and one named ``"vector"``:
 
     * the dense branch's ``embedder.name`` is in :data:`LEXICAL_WEIGHT_BY_EMBEDDER` (a shipped static
-      model): :class:`WeightedScoreFusion` with min-max normalisation, BM25 that weight, dense the rest;
+      model): :class:`WeightedScoreFusion` with min-max normalisation, BM25 that weight, dense the rest,
+      ``floor`` :data:`STATIC_MODEL_FLOOR`;
     * any other embedder (or none with a name): z-score normalisation, BM25
-      :data:`DENSE_MODEL_LEXICAL_WEIGHT` (0.55), dense 0.45.
+      :data:`DENSE_MODEL_LEXICAL_WEIGHT` (0.55), dense 0.45, ``floor`` :data:`DENSE_MODEL_FLOOR`.
 
-    Any other set of branches (unmeasured): min-max normalisation, every branch the same weight.
+    Any other set of branches (unmeasured): min-max normalisation, every branch the same weight, the
+    default floor (:data:`~fastrag.retrieval.fusion.DEFAULT_FLOOR`). In every case a document a branch
+    matched scores above the documents it did not match in that branch (issue 25).
 
     Args:
         branches: the branches by name, as :class:`HybridRetriever` names them; ``None`` for none known.
@@ -194,9 +221,11 @@ def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusio
     if branches is not None and set(branches) == {"bm25", "vector"}:
         weight = _static_weight(branches)
         if weight is not None:
-            return WeightedScoreFusion({"bm25": weight, "vector": 1.0 - weight}, normalization="min_max")
+            return WeightedScoreFusion({"bm25": weight, "vector": 1.0 - weight}, normalization="min_max",
+                                       floor=STATIC_MODEL_FLOOR)
         dense = round(1.0 - DENSE_MODEL_LEXICAL_WEIGHT, 10)
-        return WeightedScoreFusion({"bm25": DENSE_MODEL_LEXICAL_WEIGHT, "vector": dense}, normalization="z_score")
+        return WeightedScoreFusion({"bm25": DENSE_MODEL_LEXICAL_WEIGHT, "vector": dense}, normalization="z_score",
+                                   floor=DENSE_MODEL_FLOOR)
     return WeightedScoreFusion(normalization="min_max")
 
 
