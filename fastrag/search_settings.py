@@ -228,7 +228,8 @@ SYSTEM_DEFAULTS = SearchSettings(
     auto_rerank_min=AUTO_RERANK_MIN,
     group_score="max",
 )
-"""The last layer of resolution: hybrid search, weighted min-max fusion 0.7 dense / 0.3 BM25 (RRF's
+"""The last layer of resolution: hybrid search, weighted min-max fusion 0.7 dense / 0.3 BM25 with
+:data:`~fastrag.retrieval.fusion.DEFAULT_FLOOR` (a branch's matches stay above its non-matches; RRF's
 ``rank_constant`` 60, Cormack et al. 2009, when ``fusion="rrf"``), no reranking and no reranker, 40 candidates
 per branch (as :class:`~fastrag.retrieval.hybrid.HybridRetriever`), 20 results, and the ``"auto"`` thresholds
 :data:`AUTO_DIRECT_MAX` and :data:`AUTO_RERANK_MIN`.

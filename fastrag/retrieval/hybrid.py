@@ -491,7 +491,8 @@ class HybridRetriever(ReturnsResult):
             fusion = self._fusion
             lists = {name: found.get(name, []) for name in self._retrievers}
             if skipped:  # the default fusion over the branches that ran: BM25 alone scores 1.0 at best, not its 0.9
-                fusion = WeightedScoreFusion(normalization=self._fusion.normalization)  # type: ignore[attr-defined]
+                fusion = WeightedScoreFusion(normalization=self._fusion.normalization,  # type: ignore[attr-defined]
+                                             floor=self._fusion.floor)  # type: ignore[attr-defined]
                 lists = {name: docs for name, docs in lists.items() if name not in skipped}
             if _takes_depth(fusion.fuse):  # scored over candidate_k per branch: the top does not depend on k
                 fused = fusion.fuse(lists, k=offset + k, depth=self._candidate_k)  # type: ignore[call-arg]
