@@ -294,6 +294,7 @@ async def open_postgres(tmp: Path, embedder):
     from pgvector.psycopg import register_vector_async
     from psycopg import sql
 
+    from fastrag.scoring import query_term_counts, repeated_terms
     from fastrag.testing.postgres_server import postgres_server
     from fastrag.vector_store.postgres import PgVectorStore
 
@@ -314,7 +315,7 @@ async def open_postgres(tmp: Path, embedder):
                 await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
             async def bm25(q: str) -> list[str]:
-                terms = sorted(set(store.analyzer.analyze(q, for_query=True)))
+                terms = repeated_terms(query_term_counts([store.analyzer.analyze(q, for_query=True)]))
                 rows = await (await conn.execute(bm25_sql, [terms, K])).fetchall()
                 return [r[0] for r in rows]
 

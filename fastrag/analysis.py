@@ -8,6 +8,12 @@ always agree. Steps, in order:
    ``"I"`` to dotless ``"ı"`` and ``"İ"`` to ``"i"``; in every other language ``"İ"`` becomes ``"i"`` too
    (case folding alone would give ``"i"`` plus a combining dot). In Turkish and Azerbaijani the suffix
    after an apostrophe is dropped (``"İstanbul'da"`` -> ``istanbul``), as Lucene's Turkish analysis does.
+   In every other language an apostrophe and ``s`` ending a word (``"DDC's"``, ``"it’s"``) is dropped, as
+   Lucene's ``EnglishAnalyzer`` does (``EnglishPossessiveFilter``): the possessive is no term of its own
+   (before analysis version 3, ``"DDC's"`` gave ``ddc`` and a one-letter ``s``). Lucene's other analysers
+   keep ``"who's"`` one token, never a lone ``s``; here words split at the apostrophe (step 2), so the
+   ending is dropped in every language alike: in a store of several languages, a question analysed in
+   German would otherwise match the ``s`` of German documents that the English ones no longer have.
 2. Words are maximal runs of Unicode word characters: letters, combining marks, decimal digits and the
    zero-width joiners (``\\w`` of the ``regex`` module, UTS #18), without ``_``. Combining marks stay
    inside their word in every script (UAX #29's rule WB4: a Devanagari vowel sign or virama, an Arabic
@@ -72,10 +78,11 @@ __all__ = [
     "primary_language",
 ]
 
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 3
 """Raised whenever a change to the analysis changes the terms of some text. 1: fastrag before issue 14
 (Python's ``re`` word pattern, which cut words at combining marks). 2: Unicode word characters, Turkish
-lower case, dictionary words for Thai, Lao, Khmer and Myanmar."""
+lower case, dictionary words for Thai, Lao, Khmer and Myanmar. 3 (issue 25): possessives dropped
+(``"DDC's"`` -> ``ddc``, was ``ddc`` + ``s``)."""
 
 # Lucene EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (org.apache.lucene.analysis.en), 33 words.
 ENGLISH_STOPWORDS = frozenset(
@@ -112,6 +119,12 @@ LANGUAGE_ALIASES: dict[str, str] = {"nb": "no", "nn": "no"}
 
 _DOTLESS_I_LANGUAGES = frozenset({"tr", "az"})  # I -> ı, İ -> i (Unicode SpecialCasing.txt, tr and az)
 _APOSTROPHE_SUFFIX = regex.compile(r"(?<=\w)['\u2019][^\W_]+")
+# Lucene's EnglishPossessiveFilter strips a trailing 's, ’s or ＇s from each token of its StandardTokenizer
+# (which keeps "DDC's" whole); here words split at the apostrophe, so the possessive goes from the folded
+# text first: an apostrophe and "s" after a word character and not followed by one (NFKC already turned
+# the fullwidth ＇ into '). Every language but Turkish and Azerbaijani, which drop any suffix after an
+# apostrophe.
+_POSSESSIVE = regex.compile(r"(?<=[^\W_])['\u2019]s(?![^\W_])")
 
 _CJK = (
     "\u3040-\u30ff"  # hiragana, katakana
@@ -172,6 +185,7 @@ class Analyzer:
         self.stopwords = ENGLISH_STOPWORDS if (stopwords and language == "en") else frozenset()
         self._stem_word = _stemmer(language) if self.stem else None
         self._dotless_i = casing in _DOTLESS_I_LANGUAGES
+        self._possessive = casing not in _DOTLESS_I_LANGUAGES
         self._options = (stem, stopwords)
         self._by_language: dict[str | None, Analyzer] = {}
 
@@ -219,14 +233,19 @@ class Analyzer:
         return f"Analyzer(language={self.language!r}, stem={self.stem}, stopwords={bool(self.stopwords)})"
 
     def fold(self, text: str) -> str:
-        """``text`` NFKC-normalised and lower-cased by this analyzer's language (step 1 above)."""
+        """``text`` NFKC-normalised and lower-cased by this analyzer's language, possessives (and, in
+        Turkish and Azerbaijani, any suffix after an apostrophe) dropped (step 1 above)."""
         text = unicodedata.normalize("NFKC", text)
         if self._dotless_i:
             # Turkish and Azerbaijani also write suffixes after an apostrophe on names ("İstanbul'da"):
             # they are dropped, as Lucene's TurkishAnalyzer does (ApostropheFilter)
             return _APOSTROPHE_SUFFIX.sub("", text.replace("I", "ı").replace("İ", "i").casefold())
         text = text.casefold()
-        return text.replace("i\u0307", "i") if "\u0307" in text else text
+        if "\u0307" in text:
+            text = text.replace("i\u0307", "i")
+        if self._possessive and ("'" in text or "\u2019" in text):
+            text = _POSSESSIVE.sub("", text)
+        return text
 
     def tokens(self, folded: str) -> list[str]:
         """The words of already folded text (:meth:`fold`), before stopwords, stemming and CJK bigrams:

@@ -600,7 +600,7 @@ def _resolved_json(resolved: Any) -> dict[str, Any]:
 def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add the first stage's options (candidates per branch, fusion, branch failures) to a command; it receives
     them as one ``fusion_options`` dict (``None`` where not given). Put it right above the ``def``."""
-    names = ("vector_candidate_k", "keyword_candidate_k", "fusion", "normalization", "vector_weight",
+    names = ("vector_candidate_k", "keyword_candidate_k", "fusion", "normalization", "fusion_floor", "vector_weight",
              "keyword_weight", "rank_constant", "branch_timeout", "on_branch_error", "path_filter_timeout",
              "mmr_lambda", "mmr_candidate_k")  # fmt: skip
 
@@ -619,6 +619,9 @@ def _fusion_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Hybrid: weighted (normalised scores) or rrf (Reciprocal Rank Fusion). Default: weighted."),
         click.option("--normalization", type=click.Choice(NORMALIZATIONS),
                      help="Weighted fusion's score normalisation (default: the embedder's measured one)."),
+        click.option("--fusion-floor", type=click.FloatRange(0, 1, max_open=True), metavar="FLOOR",
+                     help="Weighted fusion: where a branch's lowest match normalises, so its matches stay above "
+                          "its non-matches (default: the embedder's measured one, 0.2 or 0.1)."),
         click.option("--vector-weight", type=click.FloatRange(0), help="Hybrid: the dense branch's weight."),
         click.option("--keyword-weight", type=click.FloatRange(0), help="Hybrid: the BM25 branch's weight."),
         click.option("--rank-constant", type=click.FloatRange(0, min_open=True),

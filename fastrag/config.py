@@ -605,7 +605,14 @@ async def open_reranker(kind: str, model: str | None = None, *, embedding_model:
     from fastrag.rerankers import CohereReranker, CrossEncoderReranker, EmbedderReranker
 
     if kind == "embedder":
-        async with open_embedder(model or embedding_model) as embedder:
+        import warnings
+
+        from fastrag.embedding_languages import UnknownLanguagesWarning
+
+        with warnings.catch_warnings():  # a reranker leaves no branch out by language: its model's languages
+            warnings.simplefilter("ignore", UnknownLanguagesWarning)  # do not matter here
+            reranking_embedder = open_embedder(model or embedding_model)
+        async with reranking_embedder as embedder:
             yield EmbedderReranker(embedder)
     elif kind == "cross-encoder":
         if not model:

@@ -257,10 +257,12 @@ def _first_stage(
     if settings.fusion == "rrf":
         fusion = ReciprocalRankFusion(rank_constant=settings.rank_constant, weights=weights)
     else:
-        fusion = WeightedScoreFusion(weights, normalization=settings.normalization)  # type: ignore[arg-type]
+        fusion = WeightedScoreFusion(weights, normalization=settings.normalization,  # type: ignore[arg-type]
+                                     floor=settings.fusion_floor)
     # the measured default fusion leaves out a dense branch whose embedder does not cover the question's
     # language (fastrag.retrieval.hybrid.uncovered_dense_branches); a fusion set by hand runs every branch
-    measured = all(settings.is_default(name) for name in ("fusion", "normalization", "vector_weight", "keyword_weight"))
+    measured = all(settings.is_default(name) for name in ("fusion", "normalization", "fusion_floor", "vector_weight",
+                                                          "keyword_weight"))
     per_branch = {"vector": settings.vector_candidate_k, "bm25": settings.keyword_candidate_k}
     branch_k = None if mode == "direct" else {name: k for name, k in per_branch.items() if k is not None} or None
     return HybridRetriever({"vector": vector(), "bm25": bm25()}, fusion=fusion, candidate_k=candidate_k,

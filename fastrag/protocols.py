@@ -26,6 +26,7 @@ __all__ = [
     "LLM",
     "AsyncCloseable",
     "ChecksBranches",
+    "DeclaresLanguages",
     "EmbedsText",
     "ReturnsResult",
     "SearchesText",
@@ -231,6 +232,22 @@ class Embedder(Protocol):
             EmbeddingError: the model failed to load or to embed.
             BackendError: a remote embedding API failed (see the class docstring).
         """
+        ...
+
+
+@runtime_checkable
+class DeclaresLanguages(Protocol):
+    """An :class:`Embedder` that declares the languages its model was trained for (every built-in one does).
+
+    A hybrid search leaves the dense branch out of a question in a language the embedder does not cover
+    (:func:`fastrag.retrieval.hybrid.uncovered_dense_branches`). Checked with ``isinstance``; an embedder
+    without the attribute is looked up by ``name`` in :data:`fastrag.retrieval.hybrid.EMBEDDER_LANGUAGES`.
+    """
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """ISO 639-1 codes (``frozenset({"en"})``), or ``None`` when unknown: the dense branch then runs on
+        questions in every language (:mod:`fastrag.embedding_languages`)."""
         ...
 
 

@@ -151,6 +151,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("keyword_candidate_k", "int", "--keyword-candidate-k", True, "candidates of the BM25 branch"),
     Option("fusion", "str", "--fusion", True, "weighted or rrf"),
     Option("normalization", "str", "--normalization", True, "weighted fusion: min_max, z_score or dbsf"),
+    Option("fusion_floor", "float", "--fusion-floor", True, "weighted fusion: a branch's matches stay this far above its non-matches"),
     Option("vector_weight", "float", "--vector-weight", True, "the dense branch's fusion weight"),
     Option("keyword_weight", "float", "--keyword-weight", True, "the BM25 branch's fusion weight"),
     Option("rank_constant", "float", "--rank-constant", True, "RRF's k (Cormack et al. 2009: 60)"),
@@ -176,12 +177,15 @@ OPTIONS: tuple[Option, ...] = (
 )
 """Every search option, in the order of :class:`SearchSettings`'s fields."""
 
-_EMBEDDER_AWARE = ("normalization", "keyword_weight", "vector_weight", "candidate_k")
+_EMBEDDER_AWARE = ("normalization", "fusion_floor", "keyword_weight", "vector_weight", "candidate_k")
 """Fields that, set nowhere, come from the embedder's row of :mod:`fastrag.defaults`."""
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_MEASURED = {"fusion_floor": "floor"}  # a setting's name in fastrag.defaults.HybridDefaults, where it differs
 
 
 def _canonical(name: str) -> str:
@@ -229,6 +233,10 @@ class SearchSettings:
     normalization: str | None
     """``fusion="weighted"``: ``"min_max"``, ``"z_score"`` or ``"dbsf"`` (see :data:`NORMALIZATIONS`);
     default: the embedder's measured one."""
+    fusion_floor: float | None
+    """``fusion="weighted"``: where a branch's lowest match normalises, in [0, 1), so its matches never tie
+    with the documents it did not match (:class:`~fastrag.retrieval.fusion.WeightedScoreFusion`'s ``floor``;
+    issue 25); default: the embedder's measured one (0.2 with a shipped static model, 0.1 otherwise)."""
     vector_weight: float | None
     """Weight of the dense branch in hybrid fusion; a number in [0, :data:`MAX_WEIGHT`] (10^6)."""
     keyword_weight: float | None
@@ -341,6 +349,9 @@ class SearchSettings:
             raise InvalidParameterError(
                 f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {self.normalization!r}"
             )
+        floor = self.fusion_floor
+        if floor is not None and (not _is_number(floor) or not math.isfinite(floor) or not 0 <= floor < 1):
+            raise InvalidParameterError(f"fusion_floor must be a number in [0, 1), got {floor!r}")
         rc = self.rank_constant
         if rc is not None and (not _is_number(rc) or not 0 < rc <= MAX_RANK_CONSTANT):
             raise InvalidParameterError(
@@ -536,6 +547,7 @@ class ResolvedSearchSettings:
     keyword_candidate_k: int | None
     fusion: str
     normalization: str
+    fusion_floor: float
     vector_weight: float
     keyword_weight: float
     rank_constant: float
@@ -651,7 +663,7 @@ def resolve_settings(
                 break
         else:
             if f.name in _EMBEDDER_AWARE:
-                values[f.name], origins[f.name] = getattr(measured, f.name), "default:embedder"
+                values[f.name], origins[f.name] = getattr(measured, _MEASURED.get(f.name, f.name)), "default:embedder"
             elif f.name in _MAY_BE_UNSET:
                 values[f.name], origins[f.name] = None, "default"
             else:

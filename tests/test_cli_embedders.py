@@ -56,7 +56,7 @@ def test_index_with_an_openai_endpoint_records_it_and_search_reuses_it(server, d
     found = cli("search", "pelicans", "--json", env={**env, "FASTRAG_EMBEDDER_BASE_URL": server.url})
     assert found.exit_code == 0, found.output
     assert server.requests[-1].body == {"model": "bge-small", "input": ["pelicans"], "encoding_format": "float"}
-    assert json.loads(found.output)["documents"]
+    assert json.loads(found.stdout)["documents"]  # stdout: the embedder's language warning is on stderr
     # another embedder against this store is refused, naming both
     refused = cli("search", "pelicans", "--embedder", "openai", "--model", "other", "--embedder-base-url", server.url,
                   env=env)
@@ -100,5 +100,5 @@ def test_eval_with_an_openai_endpoint_and_a_store_reuses_the_cache(server, tmp_p
     first = len(embedded(server))
     result = cli("eval", str(data), "--store", "sqlite:///ev/two.db", *args)
     assert result.exit_code == 0, result.output
-    assert set(json.loads(result.output)) == {"ndcg@10", "recall@100", "mrr@10"}
+    assert set(json.loads(result.stdout)) == {"ndcg@10", "recall@100", "mrr@10"}  # warnings go to stderr
     assert embedded(server)[first:] == ["topic 3"]  # only the query: the corpus came from the cache

@@ -1,5 +1,5 @@
-"""The default fusion of HybridRetriever: BM25 0.9 / dense 0.1 (min-max) with a shipped static model,
-BM25 0.55 / dense 0.45 (z-score) with any other embedder, each branch asked for 200 candidates, and an
+"""The default fusion of HybridRetriever: BM25 0.9 / dense 0.1 (min-max, floor 0.2) with a shipped static model,
+BM25 0.55 / dense 0.45 (z-score, floor 0.1) with any other embedder, each branch asked for 200 candidates, and an
 explicit fusion kept as given (docs/retrievers/hybrid.md, "The default fusion"; evidence in docs/quality.md)."""
 
 from __future__ import annotations
@@ -86,10 +86,14 @@ def test_the_cli_hybrid_mode_uses_the_same_default(store) -> None:
 
 
 def test_default_fusion_ranks_as_worked_by_hand(store) -> None:
-    # fused = 0.9 * bm25 + 0.1 * vector: a 0.9, b 0.45 + 0.1 = 0.55, c 0 + 0.05 = 0.05, d 0
-    got = fuse(hybrid(store, NamedEmbedder("static-minilm-d256")).fusion)
+    # min-max with floor 0.2 (issue 25): a branch's documents span [0.2, 1], a missing one 0:
+    #   bm25 a 1.0, b 0.6, c 0.2 (d 0);  vector b 1.0, c 0.6, d 0.2 (a 0)
+    # fused = 0.9 * bm25 + 0.1 * vector: a 0.9, b 0.54 + 0.1 = 0.64, c 0.18 + 0.06 = 0.24, d 0.02
+    fusion = hybrid(store, NamedEmbedder("static-minilm-d256")).fusion
+    assert fusion.floor == 0.2
+    got = fuse(fusion)
     assert [i for i, _ in got] == ["a", "b", "c", "d"]
-    assert [s for _, s in got] == pytest.approx([0.9, 0.55, 0.05, 0.0])
+    assert [s for _, s in got] == pytest.approx([0.9, 0.64, 0.24, 0.02])
 
 
 @pytest.mark.parametrize("name", ["all-MiniLM-L6-v2", "minishlab/potion-base-8M", "static-minilm-d256-finetuned"])
@@ -98,13 +102,15 @@ def test_another_embedder_gets_z_score_with_bm25_055(store, name: str) -> None:
     assert isinstance(fusion, WeightedScoreFusion)
     assert fusion.normalization == "z_score"
     assert dict(fusion.weights) == pytest.approx({"bm25": 0.55, "vector": 0.45})
-    # z-scores (population std): bm25 a +r, b 0, c -r (d absent: -r); vector b +r, c 0, d -r (a absent: -r),
-    # r = sqrt(1.5). fused = 0.55 * bm25 + 0.45 * vector:
-    #   a = 0.55r - 0.45r = 0.1r;  b = 0.45r;  c = -0.55r;  d = -r
+    # z-scores (population std), r = sqrt(1.5): bm25 a +r, b 0, c -r; vector b +r, c 0, d -r. A missing
+    # document sits floor / (1 - floor) = 1/9 of the range (2r) below the lowest (issue 25): -r - 2r/9 = -11r/9.
+    # fused = 0.55 * bm25 + 0.45 * vector:
+    #   a = 0.55r - 0.45 * 11r/9 = 0;  b = 0.45r;  c = -0.55r;  d = -0.55 * 11r/9 - 0.45r
+    assert fusion.floor == 0.1
     r = math.sqrt(1.5)
     got = fuse(fusion)
     assert [i for i, _ in got] == ["b", "a", "c", "d"]
-    assert [s for _, s in got] == pytest.approx([0.45 * r, 0.1 * r, -0.55 * r, -r])
+    assert [s for _, s in got] == pytest.approx([0.45 * r, 0.0, -0.55 * r, -0.55 * 11 * r / 9 - 0.45 * r], abs=1e-12)
 
 
 def test_an_embedder_without_a_name_gets_the_dense_model_default(store) -> None:

@@ -251,12 +251,17 @@ def test_bad_k_rejected(fusion, k):
 # ---------------------------------------------------------------------------- weighted score fusion
 
 
+# The hand-worked cases below use floor=0, the classic normalisations (ranx's, Qdrant's DBSF); the floor
+# that keeps a branch's lowest document above the ones it did not return is tested in
+# tests/test_relevance_defaults.py.
+
+
 def test_min_max_hand_worked():
     # bm25   scores 10, 6, 2        -> (s - 2) / 8         : a 1.0, b 0.5, c 0.0
     # vector scores 0.75, 0.5, 0.25 -> (s - 0.25) / 0.5    : b 1.0, d 0.5, a 0.0
     # Equal weights -> 1/2 each; absent contributes 0:
     #   a = .5*1 + .5*0 = .5;  b = .5*.5 + .5*1 = .75;  c = .5*0 + 0 = 0;  d = 0 + .5*.5 = .25
-    fused = WeightedScoreFusion().fuse(two_branches())
+    fused = WeightedScoreFusion(floor=0).fuse(two_branches())
     assert ids(fused) == ["b", "a", "d", "c"]
     assert scores(fused) == pytest.approx({"b": 0.75, "a": 0.5, "d": 0.25, "c": 0.0})
 
@@ -264,7 +269,7 @@ def test_min_max_hand_worked():
 def test_min_max_weights_form_a_convex_combination():
     # weights 3:1 -> 0.75 and 0.25.
     #   a = .75*1 + .25*0 = .75;  b = .75*.5 + .25*1 = .625;  d = .25*.5 = .125;  c = 0
-    fused = WeightedScoreFusion({"bm25": 3, "vector": 1}).fuse(two_branches())
+    fused = WeightedScoreFusion({"bm25": 3, "vector": 1}, floor=0).fuse(two_branches())
     assert ids(fused) == ["a", "b", "d", "c"]
     assert scores(fused) == pytest.approx({"a": 0.75, "b": 0.625, "d": 0.125, "c": 0.0})
 
@@ -279,7 +284,7 @@ def test_z_score_hand_worked_and_absent_is_never_better_than_present():
     #   c = .5*(-1) + .5*0          = -0.5
     #   d = .5*(-1) + .5*(-sqrt1.5) = -1.1123724
     results = {"bm25": ranked([("a", 3.0), ("b", 1.0)]), "vector": ranked([("b", 4.0), ("c", 2.0), ("d", 0.0)])}
-    fused = WeightedScoreFusion(normalization="z_score").fuse(results)
+    fused = WeightedScoreFusion(normalization="z_score", floor=0).fuse(results)
     r = math.sqrt(1.5)
     assert ids(fused) == ["b", "a", "c", "d"]
     assert scores(fused) == pytest.approx({"a": 0.5 - r / 2, "b": -0.5 + r / 2, "c": -0.5, "d": -0.5 - r / 2})
@@ -315,7 +320,7 @@ def test_dbsf_ranks_and_scores_like_qdrants_own_implementation():
             chosen = rng.sample(range(40), rng.randint(2, 30))
             pairs = sorted(((f"d{i}", rng.random() * scale) for i in chosen), key=lambda p: -p[1])
             results[name] = ranked(pairs)
-        ours = WeightedScoreFusion(normalization="dbsf").fuse(results)
+        ours = WeightedScoreFusion(normalization="dbsf", floor=0).fuse(results)  # Qdrant's convention
         theirs = qdrant_fusion.distribution_based_score_fusion(
             [[models.ScoredPoint(id=int(d.id[1:]), version=0, score=d.score) for d in docs]
              for docs in results.values()],
@@ -330,7 +335,7 @@ def test_none_normalization_uses_raw_scores_and_absent_never_beats_negative_scor
     #   absent from bm25 -> min(0, 2) = 0;  absent from vector -> min(0, -0.5) = -0.5
     #   a = .5*0.5 + .5*0 = .25;  b = .5*(-0.5) + .5*0 = -.25;  c = .5*(-0.5) + .5*2 = .75
     results = {"vector": ranked([("a", 0.5), ("b", -0.5)]), "bm25": ranked([("c", 2.0)])}
-    fused = WeightedScoreFusion(normalization="none").fuse(results)
+    fused = WeightedScoreFusion(normalization="none", floor=0).fuse(results)
     assert ids(fused) == ["c", "a", "b"]
     assert scores(fused) == pytest.approx({"c": 0.75, "a": 0.25, "b": -0.25})
 
@@ -348,7 +353,7 @@ def test_none_normalization_uses_raw_scores_and_absent_never_beats_negative_scor
     ],
 )
 def test_one_element_lists_stay_finite(normalization, expected):
-    fused = WeightedScoreFusion(normalization=normalization).fuse({"bm25": [doc("a", 7.0)], "vector": [doc("b", -3.0)]})
+    fused = WeightedScoreFusion(normalization=normalization, floor=0).fuse({"bm25": [doc("a", 7.0)], "vector": [doc("b", -3.0)]})
     assert scores(fused) == pytest.approx(expected)
     assert all(math.isfinite(d.score) for d in fused)
 
@@ -369,7 +374,7 @@ def test_missing_scores_count_as_the_list_minimum(normalization):
     # b has no "score" key, d None, e NaN, f inf: each gets the list's minimum normalised value
     # (that of c), so a single-branch fusion keeps them behind a and tied with c, ordered by rank.
     bm25 = [doc("a", 10.0), doc("b"), doc("c", 2.0), doc("d", None), doc("e", math.nan), doc("f", math.inf)]
-    fused = WeightedScoreFusion(normalization=normalization).fuse({"bm25": bm25})
+    fused = WeightedScoreFusion(normalization=normalization, floor=0).fuse({"bm25": bm25})
     assert ids(fused) == ["a", "b", "c", "d", "e", "f"]
     assert all(math.isfinite(d.score) for d in fused)
     # min_max: c -> 0;  z_score: mean 6, std 4 -> c -1;  none: c raw 2.0
@@ -384,7 +389,7 @@ def test_list_without_any_score_counts_as_constant():
     # vector b 0.5, c 0.25 -> b 1.0, c 0.0.
     #   a = .5*1 + 0 = .5;  b = .5*1 + .5*1 = 1.0;  c = 0 + .5*0 = 0
     results = {"bm25": [doc("a"), doc("b")], "vector": ranked([("b", 0.5), ("c", 0.25)])}
-    fused = WeightedScoreFusion().fuse(results)
+    fused = WeightedScoreFusion(floor=0).fuse(results)
     assert ids(fused) == ["b", "a", "c"]
     assert scores(fused) == pytest.approx({"b": 1.0, "a": 0.5, "c": 0.0})
 

@@ -79,10 +79,10 @@ async def test_branches_run_concurrently():
 async def test_fuses_branch_results_with_provenance():
     vector = VectorRetriever([("b", 0.75), ("d", 0.5), ("a", 0.25)])
     bm25 = BM25Retriever([("a", 10.0), ("b", 6.0), ("c", 2.0)])
-    # Min-max, equal weights (the default fusion is pinned in tests/test_default_fusion.py):
+    # Min-max without a floor, equal weights (the default fusion is pinned in tests/test_default_fusion.py):
     #   bm25 a 1, b .5, c 0;  vector b 1, d .5, a 0
     #   b = .5*.5 + .5*1 = .75;  a = .5*1 + .5*0 = .5;  d = .5*.5 = .25;  c = 0
-    fused = await HybridRetriever([vector, bm25], fusion=WeightedScoreFusion(normalization="min_max")).retrieve("q", k=3)
+    fused = await HybridRetriever([vector, bm25], fusion=WeightedScoreFusion(normalization="min_max", floor=0)).retrieve("q", k=3)
     assert [d.id for d in fused] == ["b", "a", "d"]
     assert [d.score for d in fused] == pytest.approx([0.75, 0.5, 0.25])
     assert [d.rank for d in fused] == [0, 1, 2]

@@ -13,6 +13,9 @@ import pytest
 from fastrag.evaluation.beir_eval import evaluate_beir
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+if not DATASETS.is_dir() and Path("/work/shared/datasets").is_dir():  # a git worktree one level deeper
+    DATASETS = Path("/work/shared/datasets")
+COLLECTIONS = ("scifact", "xquad-en", "xquad-de", "xquad-es", "xquad-ru", "xquad-zh")
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,7 +34,7 @@ def scores() -> dict[tuple[str, str], float]:
 
     async def run() -> dict[tuple[str, str], float]:
         return {(name, mode): await _ndcg10(name, mode)
-                for name in ("scifact", "xquad-en") for mode in ("keyword", "hybrid")}
+                for name in COLLECTIONS if (DATASETS / name).is_dir() for mode in ("keyword", "hybrid")}
 
     return anyio.run(run)
 
@@ -41,9 +44,10 @@ def test_scifact_bm25_reaches_the_bm25s_level(scores):
     assert scores["scifact", "keyword"] >= 0.67
 
 
-def test_default_hybrid_is_not_below_keyword_on_scifact(scores):
-    assert scores["scifact", "hybrid"] >= scores["scifact", "keyword"] - 0.01
-
-
-def test_default_hybrid_is_not_below_keyword_on_xquad_en(scores):
-    assert scores["xquad-en", "hybrid"] >= scores["xquad-en", "keyword"]
+@pytest.mark.parametrize("name", COLLECTIONS)
+def test_default_hybrid_is_not_below_default_keyword(scores, name):
+    # issue 25: with no flags, the default hybrid never loses to the default keyword search (measured
+    # margins +0.0009 to +0.0066, docs/quality.md); before the fusion floor it lost on held-back collections
+    if (name, "hybrid") not in scores:
+        pytest.skip(f"{name} is not in ../shared/datasets")
+    assert scores[name, "hybrid"] >= scores[name, "keyword"]

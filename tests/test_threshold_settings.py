@@ -195,7 +195,7 @@ DOCS = [
     Document(id="d", content="the history of coal mining"),
 ]
 # On "solar energy" with HashingEmbedder: BM25 b 2.01, c 0.36, a 0.32 (d none); cosine b 0.80, a 0.54,
-# c 0.32, d 0.0; weighted hybrid b 1.0, a 0.47, c 0.28, d 0.0.
+# c 0.32, d 0.0; weighted hybrid (min-max, floor 0.2) b 1.0, a 0.57, c 0.43, d 0.14.
 
 
 @pytest.fixture
@@ -246,7 +246,7 @@ async def test_knowledge_base_settings_and_requests_reach_the_thresholds(store) 
     fixed = SearchSettings(vector_weight=0.7, keyword_weight=0.3, normalization="min_max")
     async with KnowledgeBase(store, embedder=HashingEmbedder(), settings=fixed) as kb:
         assert [d.id for d in await kb.search("solar energy", top_k=4)] == ["b", "a", "c", "d"]
-        hybrid = await kb.search("solar energy", top_k=4, min_relative_score=0.4)
+        hybrid = await kb.search("solar energy", top_k=4, min_relative_score=0.5)
         assert [d.id for d in hybrid] == ["b", "a"]
         branches = await kb.search("solar energy", top_k=4, min_vector_score=0.6, min_keyword_score=1.0)
         assert [d.id for d in branches] == ["b"]
@@ -278,7 +278,7 @@ async def test_as_tool_applies_the_thresholds_it_is_given(store) -> None:
         tool = kb.as_tool(search_mode="keyword", min_score=1.0)
         assert [r["id"] for r in await tool({"query": "solar energy", "top_k": 4})] == ["b"]
         assert "min_score" not in json.dumps(tool.parameters)  # the model cannot lift it
-        relative = kb.as_tool(min_relative_score=0.4)  # the knowledge base's default: hybrid
+        relative = kb.as_tool(min_relative_score=0.5)  # the knowledge base's default: hybrid
         assert [r["id"] for r in await relative({"query": "solar energy", "top_k": 4})] == ["b", "a"]
         with pytest.raises(InvalidParameterError, match="min_relative_score"):
             kb.as_tool(min_score=0.5)  # hybrid: refused when the tool is built, not at the model's first call

@@ -39,7 +39,7 @@ from fastrag.models import GROUP, SCORE, Document, plain_value
 from fastrag.retrieval._provenance import finite_score, provenance, with_provenance
 from fastrag.retrieval.grouping import check_group_by, chunk_entry, group_key
 
-__all__ = ["Normalization", "ReciprocalRankFusion", "WeightedScoreFusion", "Weights"]
+__all__ = ["DEFAULT_FLOOR", "Normalization", "ReciprocalRankFusion", "WeightedScoreFusion", "Weights"]
 
 Weights: TypeAlias = Sequence[float] | Mapping[str, float] | None
 """Per-branch weights: ``None`` (all 1.0), a sequence aligned with the results' branch order, or a
@@ -49,6 +49,11 @@ Normalization: TypeAlias = Literal["min_max", "z_score", "dbsf", "none"]
 _NORMALIZATIONS = ("min_max", "z_score", "dbsf", "none")
 # The value every document of a constant list (including a one-element list) normalises to.
 _CONSTANT_LIST_VALUE = {"min_max": 1.0, "z_score": 0.0, "dbsf": 0.5, "none": 0.0}
+
+DEFAULT_FLOOR = 0.2
+""":class:`WeightedScoreFusion`'s default ``floor``: in min-max, a branch's lowest returned document
+normalises to 0.2 and a document it did not return to 0. Evidence: ``benchmarks/fusion_defaults.py``
+(``docs/quality.md``, "The fusion floor")."""
 
 # Per branch: the contribution of the document at each (deduplicated) position, already multiplied by
 # the branch weight, and the contribution of a document the branch did not return.
@@ -337,22 +342,38 @@ class WeightedScoreFusion(_Fusion):
     gets that list's minimum normalised value; if no document in the list has one, each gets the
     constant-list value (1.0 for min_max, 0.5 for dbsf, 0 otherwise).
 
-    A document a branch did not return gets ``min(0, that list's minimum normalised value)`` there, so
-    being absent is never better than being returned: 0 for min_max (the bottom of [0, 1]; below every
-    returned document of a constant list), the list's minimum (<= 0) for z_score, 0 for dbsf (as in
-    Qdrant, which sums only the lists a point is in) unless a score lies below mean - 3 std, then that
-    list's minimum, and for ``"none"`` 0 (CombSUM's convention) unless the list has negative scores, then
-    its minimum.
+    A document a branch did not return always gets less there than every document it returned (the
+    **floor**, issue 25): a branch's true matches never tie with its non-matches. Without it, min-max maps
+    a list's lowest score to 0, the value of every document the branch did not return, so when BM25
+    matched fewer documents than ``candidate_k`` its last true matches were ordered among the dense-only
+    candidates by the dense share alone (a query whose rare term has two BM25 hits, both relevant, had the
+    second at rank 28 of the default hybrid). With ``lo`` and ``span`` the lowest normalised value of the
+    list and the spread of its normalised values (1 for a constant list), a missing document gets
+    ``min(0, lo - g * span)`` with ``g = floor / (1 - floor)``: it counts as one more document scoring a
+    fraction ``g`` of the list's range below its lowest one. So:
+
+    * min_max: the returned documents span ``[floor, 1]`` (a constant list: 1.0) and a missing one gets
+      0: the scale is that of min-max over the list plus that virtual document, and stays [0, 1];
+    * z_score: ``z(lo) - g * (z(hi) - z(lo))`` (a constant list: ``-g``);
+    * dbsf: 0, as in Qdrant (which sums only the lists a point is in), unless the list's lowest
+      normalised value is below ``g * span`` (its score near or under mean - 3 std), then the value above;
+    * ``"none"``: 0 (CombSUM's convention) when every score is positive; else ``lo - g * span``.
+
+    ``floor=0`` gives the classic normalisations, where the lowest returned document ties with the
+    missing ones (ranx's and Qdrant's conventions; the tests compare with both).
 
     Args:
         weights: per-branch weights (see :data:`Weights`); ``None`` gives every branch the same weight.
         normalization: ``"min_max"``, ``"z_score"``, ``"dbsf"`` or ``"none"``.
+        floor: in [0, 1): how far a branch's lowest returned document stays above the documents it did not
+            return (above; in min-max, the normalised value of its lowest document). Default
+            :data:`DEFAULT_FLOOR`.
         group_by: fuse groups of chunks sharing this metadata key (``"parent_id"``), each counted once per
             branch list at its best chunk's score (see the module); ``None`` (default) fuses documents.
 
     Raises:
-        InvalidParameterError: unknown ``normalization``; a weight is negative, NaN or infinite; every
-            weight is 0; ``weights`` is empty.
+        InvalidParameterError: unknown ``normalization``; ``floor`` is not a number in [0, 1); a weight
+            is negative, NaN or infinite; every weight is 0; ``weights`` is empty.
         UnknownParameterError: an unknown keyword argument (also a ``TypeError``), e.g. ``normalisation=``;
             type checkers flag it too.
     """
@@ -362,23 +383,33 @@ class WeightedScoreFusion(_Fusion):
         weights: Weights = None,
         *,
         normalization: Normalization = "min_max",
+        floor: float = DEFAULT_FLOOR,
         group_by: str | None = None,
         **unknown: Never,
     ) -> None:
-        _reject_unknown(type(self), unknown, "weights, normalization and group_by")
+        _reject_unknown(type(self), unknown, "weights, normalization, floor and group_by")
         if normalization not in _NORMALIZATIONS:
             raise InvalidParameterError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
+        if not _is_real(floor) or not 0 <= floor < 1:
+            raise InvalidParameterError(f"floor must be a number in [0, 1), got {floor!r}")
         super().__init__(weights, group_by)
         self._normalization = normalization
+        self._floor = float(floor)
 
     @property
     def normalization(self) -> Normalization:
         """How each branch's scores are normalised before weighting."""
         return self._normalization
 
+    @property
+    def floor(self) -> float:
+        """How far a branch's lowest returned document stays above the documents it did not return."""
+        return self._floor
+
     def __repr__(self) -> str:
         grouped = "" if self._group_by is None else f", group_by={self._group_by!r}"
-        return f"WeightedScoreFusion(weights={self._weights!r}, normalization={self._normalization!r}{grouped})"
+        return (f"WeightedScoreFusion(weights={self._weights!r}, normalization={self._normalization!r}, "
+                f"floor={self._floor!r}{grouped})")
 
     def _contributions(
         self, lists: Mapping[str, list[Document]], weights: Mapping[str, float]
@@ -400,7 +431,7 @@ class WeightedScoreFusion(_Fusion):
         known = [s for s in raw if s is not None]
         constant = _CONSTANT_LIST_VALUE[self._normalization]
         if not known:
-            return [constant] * len(raw), min(0.0, constant)
+            return [constant] * len(raw), self._absent(constant, constant)
         lo, hi = min(known), max(known)
         # Each map below is non-decreasing in s (a subtraction, then a division by a positive number, both
         # correctly rounded), so the lowest normalised value is the one of the lowest score.
@@ -410,7 +441,10 @@ class WeightedScoreFusion(_Fusion):
             norm = [constant] * len(known)
         elif self._normalization == "min_max":
             span = hi - lo
-            norm = [(s - lo) / span for s in known]
+            floor = self._floor
+            # [0, 1] squeezed onto [floor, 1]: min-max over the list and one virtual document scoring
+            # gap * span below its lowest, which stands for every document the branch did not return
+            norm = [(s - lo) / span for s in known] if floor == 0 else [floor + (1.0 - floor) * ((s - lo) / span) for s in known]
         elif self._normalization == "dbsf":
             # hi > lo, so there are >= 2 distinct scores and the sample std is > 0
             mean = math.fsum(known) / len(known)
@@ -425,7 +459,18 @@ class WeightedScoreFusion(_Fusion):
             std = math.sqrt(math.fsum((s - mean) ** 2 for s in known) / len(known))
             norm = [(s - mean) / std for s in known] if std > 0 else [0.0] * len(known)
         floor = min(norm)
+        absent = self._absent(floor, max(norm))
         if len(known) == len(raw):
-            return norm, min(0.0, floor)
+            return norm, absent
         values = iter(norm)
-        return [floor if s is None else next(values) for s in raw], min(0.0, floor)
+        return [floor if s is None else next(values) for s in raw], absent
+
+    def _absent(self, lowest: float, highest: float) -> float:
+        """The normalised value of a document a branch did not return, for a list whose normalised values
+        lie in ``[lowest, highest]`` (see the class docstring): strictly below ``lowest`` when ``floor`` > 0."""
+        if self._normalization == "min_max":
+            return 0.0  # the returned documents lie in [floor, 1] (a constant list: 1.0)
+        if self._floor == 0 or (self._normalization == "none" and lowest > 0):
+            return min(0.0, lowest)
+        gap = self._floor / (1.0 - self._floor)
+        return min(0.0, lowest - gap * (highest - lowest if highest > lowest else 1.0))

@@ -16,16 +16,19 @@ import anyio
 from fastrag.analysis import primary_language
 from fastrag.defaults import (
     DENSE_MODEL_CANDIDATE_K,
+    DENSE_MODEL_FLOOR,
     DENSE_MODEL_LEXICAL_WEIGHT,
     LEXICAL_WEIGHT_BY_EMBEDDER,
     STATIC_MODEL_CANDIDATE_K,
+    STATIC_MODEL_FLOOR,
     hybrid_defaults,
 )
 from fastrag.deferred import DEFER_ROWS_FOR, defers_rows
 from fastrag.errors import InvalidParameterError, RetrievalTimeoutError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.models import Document
-from fastrag.protocols import ChecksBranches, RankFusion, Retriever, SupportsDepth
+from fastrag.embedding_languages import MODEL_LANGUAGES
+from fastrag.protocols import ChecksBranches, DeclaresLanguages, RankFusion, Retriever, SupportsDepth
 from fastrag.retrieval._validation import (
     check_k,
     check_positive_int,
@@ -49,6 +52,8 @@ from fastrag.tracing import BRANCH, store_call
 
 __all__ = [
     "DENSE_MODEL_CANDIDATE_K",
+    "DENSE_MODEL_FLOOR",
+    "STATIC_MODEL_FLOOR",
     "DENSE_MODEL_LEXICAL_WEIGHT",
     "EMBEDDER_LANGUAGES",
     "LEXICAL_WEIGHT_BY_EMBEDDER",
@@ -68,21 +73,29 @@ BranchErrorPolicy: TypeAlias = Literal["raise", "partial"]
 _POLICIES = ("raise", "partial")
 
 
-EMBEDDER_LANGUAGES: Mapping[str, frozenset[str]] = MappingProxyType(
-    {"static-minilm-d256": frozenset({"en"}), "static-minilm-d64": frozenset({"en"})}
-)
-"""The languages (ISO 639-1) known embedders were trained for, by ``embedder.name``: the shipped static
-models were distilled from all-MiniLM-L6-v2, an English model (its WordPiece vocabulary strips accents and
-spells most other scripts a character at a time). See :func:`embedder_languages`."""
+EMBEDDER_LANGUAGES: Mapping[str, frozenset[str]] = MappingProxyType({
+    **MODEL_LANGUAGES,
+    **{f"sentence-transformers:{model}": codes for model, codes in MODEL_LANGUAGES.items()},
+    **{f"cohere:{model}": codes for model, codes in MODEL_LANGUAGES.items() if model.startswith("embed-")},
+    **{f"openai:{model}": codes for model, codes in MODEL_LANGUAGES.items()},
+})
+"""The languages (ISO 639-1) known embedders were trained for, by ``embedder.name``, for an embedder that
+does not declare them (:class:`~fastrag.protocols.DeclaresLanguages`): the models of
+:data:`fastrag.embedding_languages.MODEL_LANGUAGES` under their own names and the names the built-in
+embedders give them (``"sentence-transformers:all-MiniLM-L6-v2"``). The shipped static models and
+all-MiniLM-L6-v2 are English. See :func:`embedder_languages`."""
 
 
 def embedder_languages(embedder: object) -> frozenset[str] | None:
     """The languages ``embedder`` covers, ``None`` when unknown (a multilingual or undeclared model).
 
-    An embedder may declare them as a ``languages`` attribute (a set of ISO 639-1 codes); otherwise a
-    name in :data:`EMBEDDER_LANGUAGES` gives them.
+    An embedder declares them with a ``languages`` attribute (:class:`~fastrag.protocols.DeclaresLanguages`,
+    as every built-in embedder does: a set of ISO 639-1 codes, or ``None`` for unknown); an embedder that
+    declares none (no attribute, ``None``, or a value that is not a non-empty set of strings) is looked up
+    by its ``name`` in :data:`EMBEDDER_LANGUAGES`. Unknown languages: the dense branch runs on questions in
+    every language (``docs/multilingual.md``).
     """
-    declared = getattr(embedder, "languages", None)
+    declared = embedder.languages if isinstance(embedder, DeclaresLanguages) else None
     if isinstance(declared, set | frozenset) and declared and all(isinstance(c, str) for c in declared):
         return frozenset(code for c in declared if (code := primary_language(c)))
     name = getattr(embedder, "name", None)
@@ -148,11 +161,14 @@ def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusio
     For exactly one branch named ``"bm25"`` and one named ``"vector"``:
 
     * the dense branch's ``embedder.name`` is in :data:`LEXICAL_WEIGHT_BY_EMBEDDER` (a shipped static
-      model): :class:`WeightedScoreFusion` with min-max normalisation, BM25 that weight, dense the rest;
+      model): :class:`WeightedScoreFusion` with min-max normalisation, BM25 that weight, dense the rest,
+      ``floor`` :data:`STATIC_MODEL_FLOOR`;
     * any other embedder (or none with a name): z-score normalisation, BM25
-      :data:`DENSE_MODEL_LEXICAL_WEIGHT` (0.55), dense 0.45.
+      :data:`DENSE_MODEL_LEXICAL_WEIGHT` (0.55), dense 0.45, ``floor`` :data:`DENSE_MODEL_FLOOR`.
 
-    Any other set of branches (unmeasured): min-max normalisation, every branch the same weight.
+    Any other set of branches (unmeasured): min-max normalisation, every branch the same weight, the
+    default floor (:data:`~fastrag.retrieval.fusion.DEFAULT_FLOOR`). In every case a document a branch
+    matched scores above the documents it did not match in that branch (issue 25).
 
     Args:
         branches: the branches by name, as :class:`HybridRetriever` names them; ``None`` for none known.
@@ -164,7 +180,7 @@ def default_fusion(branches: Mapping[str, Retriever] | None = None) -> RankFusio
         name = getattr(getattr(branches["vector"], "embedder", None), "name", None)
         table = hybrid_defaults(name if isinstance(name, str) else None)
         return WeightedScoreFusion({"bm25": table.keyword_weight, "vector": table.vector_weight},
-                                   normalization=table.normalization)  # fmt: skip
+                                   normalization=table.normalization, floor=table.floor)  # fmt: skip
     return WeightedScoreFusion(normalization="min_max")
 
 
@@ -450,7 +466,8 @@ class HybridRetriever(ReturnsResult):
             fusion = self._fusion
             lists = {name: found.get(name, []) for name in self._retrievers}
             if skipped:  # the default fusion over the branches that ran: BM25 alone scores 1.0 at best, not its 0.9
-                fusion = WeightedScoreFusion(normalization=self._fusion.normalization)  # type: ignore[attr-defined]
+                fusion = WeightedScoreFusion(normalization=self._fusion.normalization,  # type: ignore[attr-defined]
+                                             floor=self._fusion.floor)  # type: ignore[attr-defined]
                 lists = {name: docs for name, docs in lists.items() if name not in skipped}
             if _takes_depth(fusion):  # scored over candidate_k per branch: the top does not depend on k
                 fused = fusion.fuse(lists, k=offset + k, depth=depth)  # type: ignore[call-arg]

@@ -149,6 +149,7 @@ class RetrieveRequest(_Tenant):
     fusion: Literal["weighted", "rrf"] | FusionOptions | None = Field(
         None, description="'weighted' (normalised scores, weighted sum) or 'rrf' (Cormack et al. 2009)")
     normalization: Literal["min_max", "z_score", "dbsf"] | None = Field(None, description="weighted fusion's normalisation")
+    fusion_floor: float | None = Field(None, ge=0, lt=1, description="weighted fusion: where a branch's lowest match normalises")
     vector_weight: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="weight of the dense branch")
     keyword_weight: float | None = Field(None, ge=0, le=MAX_WEIGHT, description="weight of the BM25 branch")
     rank_constant: float | None = Field(None, gt=0, le=MAX_RANK_CONSTANT, description="RRF's k (60 by default)")

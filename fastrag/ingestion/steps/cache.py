@@ -34,6 +34,7 @@ import numpy as np
 
 from fastrag.errors import BackendError, BackendUnavailableError, InvalidParameterError
 from fastrag.ingestion.steps._remote import check_texts
+from fastrag.protocols import DeclaresLanguages
 
 __all__ = ["CachedEmbedder", "EmbeddingCache", "fingerprint_of"]
 
@@ -203,7 +204,7 @@ class CachedEmbedder:
     """An :class:`~fastrag.protocols.Embedder` that answers from an :class:`EmbeddingCache` and asks the
     wrapped embedder only for texts it has not seen (each distinct text once per call).
 
-    ``name``, ``dimension`` and ``fingerprint`` are the wrapped embedder's. Closing this closes neither the
+    ``name``, ``dimension``, ``fingerprint`` and ``languages`` are the wrapped embedder's. Closing this closes neither the
     embedder nor the cache (they stay the caller's).
 
     Args:
@@ -235,6 +236,13 @@ class CachedEmbedder:
     def dimension(self) -> int:
         """The wrapped embedder's dimension."""
         return int(self.embedder.dimension)
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """The wrapped embedder's declared languages (:class:`~fastrag.protocols.DeclaresLanguages`), or
+        ``None`` when it declares none (a hybrid then looks its ``name`` up)."""
+        inner = self.embedder
+        return inner.languages if isinstance(inner, DeclaresLanguages) else None
 
     @property
     def fingerprint(self) -> str:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import httpx
 
+from fastrag.embedding_languages import declared_languages
 from fastrag.errors import BackendError, InvalidParameterError
 from fastrag.ingestion.steps._remote import Kind, RemoteEmbedder
 from fastrag.providers.cohere import CohereClient
@@ -55,11 +57,14 @@ class CohereEmbedder(RemoteEmbedder):
         timeout: seconds one request may take; retried under ``retry``.
         retry: the :class:`~fastrag.retry.RetryPolicy` (default ``RetryPolicy()``).
         httpx_client: an ``httpx.AsyncClient`` to use; it stays the caller's (not closed).
+        languages: the languages the model was trained for (ISO 639-1 codes or BCP 47 tags, ``{"en"}``);
+            ``None`` (default): the model's entry in :data:`~fastrag.embedding_languages.MODEL_LANGUAGES`,
+            and when it has none an :class:`~fastrag.embedding_languages.UnknownLanguagesWarning`.
 
     Raises:
         ConfigurationError: the ``cohere`` SDK is not installed, or there is no API key.
         InvalidParameterError: a blank model, a ``batch_size`` outside [1, 96], a bad ``truncate``, a
-            non-positive limit or timeout.
+            non-positive limit or timeout; ``languages`` that is not a collection of language codes.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class CohereEmbedder(RemoteEmbedder):
         timeout: float = 60.0,
         retry: RetryPolicy | None = None,
         httpx_client: httpx.AsyncClient | None = None,
+        languages: Iterable[str] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidParameterError(f"model must be a non-empty string, got {model!r}")
@@ -101,6 +107,14 @@ class CohereEmbedder(RemoteEmbedder):
         self._http = self._client.http
         self._where = self._client.where
         self._label = "CohereEmbedder"
+        self._languages = declared_languages(model, languages, embedder="CohereEmbedder")
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """The languages (ISO 639-1) the model covers: ``languages=`` as given, else the model's entry in
+        :data:`~fastrag.embedding_languages.MODEL_LANGUAGES`; ``None`` when unknown (then a hybrid runs the
+        dense branch on questions in every language; :class:`~fastrag.protocols.DeclaresLanguages`)."""
+        return self._languages
 
     @property
     def name(self) -> str:

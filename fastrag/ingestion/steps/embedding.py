@@ -24,7 +24,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -33,6 +33,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
+from fastrag.embedding_languages import declared_languages
 from fastrag.errors import ConfigurationError, EmbeddingError, InvalidParameterError
 
 __all__ = ["DEFAULT_MODEL", "Model2VecEmbedder", "l2_normalize"]
@@ -91,6 +92,9 @@ class Model2VecEmbedder:
         batch_size: texts encoded per call to the model; bounds peak memory. Must be positive.
         max_concurrency: the most batches encoded at once across concurrent calls; ``None`` (default):
             no bound of its own (anyio's worker-thread limit applies).
+        languages: the languages the model was trained for (ISO 639-1 codes or BCP 47 tags, ``{"en"}``);
+            ``None`` (default): the model's entry in :data:`~fastrag.embedding_languages.MODEL_LANGUAGES`,
+            and when it has none an :class:`~fastrag.embedding_languages.UnknownLanguagesWarning`.
 
     A local folder in model2vec's own layout is read with ``safetensors`` and ``tokenizers`` (no
     ``huggingface_hub`` import) and gives the same vectors as ``model2vec.StaticModel``; any other model
@@ -99,11 +103,17 @@ class Model2VecEmbedder:
     Raises:
         ConfigurationError: ``model`` is a hub id and the ``model2vec`` package is not installed (a local
             folder that only model2vec reads raises it when the model loads).
-        InvalidParameterError: ``batch_size`` or ``max_concurrency`` is not positive.
+        InvalidParameterError: ``batch_size`` or ``max_concurrency`` is not positive; ``languages`` is not a
+            collection of language codes.
     """
 
     def __init__(
-        self, model: str | Path = DEFAULT_MODEL, *, batch_size: int = 256, max_concurrency: int | None = None
+        self,
+        model: str | Path = DEFAULT_MODEL,
+        *,
+        batch_size: int = 256,
+        max_concurrency: int | None = None,
+        languages: Iterable[str] | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise InvalidParameterError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -132,8 +142,16 @@ class Model2VecEmbedder:
         self._closed = False
         self._async_lock = anyio.Lock()
         self._thread_lock = threading.Lock()
+        self._languages = declared_languages(self.name, languages, embedder="Model2VecEmbedder")
 
     # ------------------------------------------------------------------------------------ properties
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """The languages (ISO 639-1) the model covers: ``languages=`` as given, else the model's entry in
+        :data:`~fastrag.embedding_languages.MODEL_LANGUAGES`; ``None`` when unknown (then a hybrid runs the
+        dense branch on questions in every language; :class:`~fastrag.protocols.DeclaresLanguages`)."""
+        return self._languages
 
     @property
     def name(self) -> str:

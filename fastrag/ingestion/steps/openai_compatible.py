@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
 
+from fastrag.embedding_languages import declared_languages
 from fastrag.errors import BackendError, InvalidParameterError
 from fastrag.ingestion.steps._remote import Kind, RemoteEmbedder
 from fastrag.providers.http import shown
@@ -92,11 +93,15 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         headers: extra request headers (``api-key`` for Azure, an organisation); as for
             :class:`~fastrag.llm.OpenAICompatibleLLM`.
         max_response_bytes: the largest response body read (after decompression).
+        languages: the languages the model was trained for (ISO 639-1 codes or BCP 47 tags, ``{"en"}``);
+            ``None`` (default): the model's entry in :data:`~fastrag.embedding_languages.MODEL_LANGUAGES`,
+            and when it has none an :class:`~fastrag.embedding_languages.UnknownLanguagesWarning`.
 
     Raises:
         ConfigurationError: ``base_url`` is not an http(s) URL.
         InvalidParameterError: a blank ``model``; a non-positive size, limit or timeout; a key or header
-            HTTP cannot carry; ``extra_body`` that is not a JSON object or overrides a field set here.
+            HTTP cannot carry; ``extra_body`` that is not a JSON object or overrides a field set here;
+            ``languages`` that is not a collection of language codes.
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        languages: Iterable[str] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise InvalidParameterError(f"model must be a non-empty string, got {shown(model)}")
@@ -163,6 +169,14 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         self._http = self._client.http
         self._where = self._client.url
         self._label = "OpenAICompatibleEmbedder"
+        self._languages = declared_languages(model, languages, embedder="OpenAICompatibleEmbedder")
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """The languages (ISO 639-1) the model covers: ``languages=`` as given, else the model's entry in
+        :data:`~fastrag.embedding_languages.MODEL_LANGUAGES`; ``None`` when unknown (then a hybrid runs the
+        dense branch on questions in every language; :class:`~fastrag.protocols.DeclaresLanguages`)."""
+        return self._languages
 
     @property
     def url(self) -> str:

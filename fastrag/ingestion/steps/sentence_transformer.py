@@ -26,7 +26,7 @@ import importlib
 import importlib.util
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -35,6 +35,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
+from fastrag.embedding_languages import declared_languages
 from fastrag.errors import ConfigurationError, EmbeddingError, InvalidParameterError
 from fastrag.ingestion.steps._remote import check_positive, check_texts
 from fastrag.ingestion.steps.embedding import l2_normalize
@@ -78,11 +79,15 @@ class SentenceTransformerEmbedder:
         document_prefix: prepended to every document (E5's ``"passage: "``).
         device: the torch device, ``"cpu"`` by default.
         max_concurrency: batches encoded at once across concurrent calls (1: torch already uses the cores).
+        languages: the languages the model was trained for (ISO 639-1 codes or BCP 47 tags, ``{"en"}``);
+            ``None`` (default): the entry of the model (its name or folder name) in :data:`~fastrag.embedding_languages.MODEL_LANGUAGES`,
+            and when it has none an :class:`~fastrag.embedding_languages.UnknownLanguagesWarning`.
 
     Raises:
         ConfigurationError: sentence-transformers is not installed, or ``model`` is neither a folder nor an
             installed model package (the message says what to install).
-        InvalidParameterError: a non-positive size, or a prefix that is not a string.
+        InvalidParameterError: a non-positive size, a prefix that is not a string, or ``languages`` that is
+            not a collection of language codes.
     """
 
     def __init__(
@@ -96,6 +101,7 @@ class SentenceTransformerEmbedder:
         document_prefix: str = "",
         device: str = "cpu",
         max_concurrency: int = 1,
+        languages: Iterable[str] | None = None,
     ) -> None:
         check_positive(batch_size, "batch_size")
         check_positive(max_seq_length, "max_seq_length", optional=True)
@@ -121,8 +127,18 @@ class SentenceTransformerEmbedder:
         self._async_lock = anyio.Lock()
         self._thread_lock = threading.Lock()
         self._limiter = anyio.CapacityLimiter(max_concurrency)
+        self._languages = declared_languages(
+            [str(model), self._name, default_name], languages, embedder="SentenceTransformerEmbedder"
+        )
 
     # ------------------------------------------------------------------------------------ properties
+
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """The languages (ISO 639-1) the model covers: ``languages=`` as given, else the model's entry in
+        :data:`~fastrag.embedding_languages.MODEL_LANGUAGES`; ``None`` when unknown (then a hybrid runs the
+        dense branch on questions in every language; :class:`~fastrag.protocols.DeclaresLanguages`)."""
+        return self._languages
 
     @property
     def name(self) -> str:

@@ -56,6 +56,7 @@ from fastrag.errors import (
 )
 from fastrag.filters import FilterLike, combine_filters, is_native_filter
 from fastrag.models import Document
+from fastrag.scoring import query_term_counts, repeated_terms
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import (
     check_embeddings,
@@ -776,7 +777,8 @@ class PgVectorStore:
             language: the question's language (ISO 639-1): the question is stemmed as documents in that
                 language were. ``None``: the question is analysed in each language the store's documents were
                 analysed in (:meth:`languages`; the store's analyzer, English by default, when none has a
-                language of its own) and the terms of all these analyses are searched together, each once.
+                language of its own) and the terms of all these analyses are searched together. A term the
+                question holds twice counts twice (Lucene's convention, :func:`~fastrag.scoring.query_term_counts`).
 
         Returns:
             Copies best first with ``score`` = BM25 (Lucene's formula, k1 = 1.2, b = 0.75; unbounded, > 0,
@@ -842,8 +844,8 @@ class PgVectorStore:
             held = await self.languages()
             analyzers = list({id(a): a for a in (self.analyzer.for_language(c or None) for c in held)}.values())
             analyzers = analyzers or [self.analyzer]
-        terms = sorted(await anyio.to_thread.run_sync(
-            lambda: {t for a in analyzers for t in a.analyze(query, for_query=True)}))
+        terms = repeated_terms(await anyio.to_thread.run_sync(
+            lambda: query_term_counts(a.analyze(query, for_query=True) for a in analyzers)))
         _check_text(" ".join(terms), "the query")
         if not terms:
             await self._ready()
@@ -858,7 +860,8 @@ class PgVectorStore:
                 for r, (i, c, m, s) in enumerate(rows)]
 
     def _bm25_sql(self, where: Any, *, scope: Any = None) -> Any:
-        """The BM25 statement (parameters ``[*scope's, terms, *where's, k]``); see :func:`~.queries.bm25_query`."""
+        """The BM25 statement (parameters ``[*scope's, terms with repeats, *where's, k]``); see
+        :func:`~.queries.bm25_query`."""
         return bm25_query(self._names, where, k1=BM25_K1, b=BM25_B, scope=scope)
 
     def _knn_sql(self, where: Any) -> Any:

@@ -20,10 +20,13 @@ until a merge removes them.
 
 Scoring is Lucene's BM25 (``BM25Similarity``; Robertson & Zaragoza 2009):
 ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` and
-``score(d) = sum_t idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))``, with ``N``, ``df``
-and ``avgdl`` counted over the live documents, exactly as when every posting was one row; or, for a scoped
-search (:meth:`~fastrag.vector_store.sqlite.SQLiteVectorStore.search_text_scoped`), over the live documents
-of the scope (:func:`scoped_lists`), so a tenant's scores are those of a store holding only its documents.
+``score(d) = sum_t qtf(t) * idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl))``, with ``N``,
+``df`` and ``avgdl`` counted over the live documents, exactly as when every posting was one row, or, for a
+scoped search (:meth:`~fastrag.vector_store.sqlite.SQLiteVectorStore.search_text_scoped`), over the live
+documents of the scope (:func:`scoped_lists`), so a tenant's scores are those of a store holding only its
+documents; ``qtf(t)`` is the count of the term in the query (a repeated query term counts once per
+occurrence, as in Lucene's ``BooleanQuery`` of one clause per word; since issue 25).
+:func:`fastrag.scoring.bm25_scores` is the reference the tests hold :func:`bm25_top` to.
 """
 
 from __future__ import annotations
@@ -171,11 +174,12 @@ every posting (below it one numpy pass over everything is cheaper than the bookk
 class TermList(NamedTuple):
     """One query term's postings over every segment of a state: rowids ascending (int32), their term
     frequencies, and ``weights``: BM25's term-frequency part ``(k1 + 1) * tf / (tf + norm)`` per
-    posting (float32), for the document lengths' mean the lists were read with."""
+    posting (float32), for the document lengths' mean the lists were read with; ``term``: the term."""
 
     docs: np.ndarray
     tfs: np.ndarray
     weights: np.ndarray
+    term: str = ""
 
 
 def bm25_top(
@@ -186,10 +190,11 @@ def bm25_top(
     n_docs: int,
     size: int,
     k: int,
+    query_weights: Sequence[float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Candidates holding the ``k`` best BM25 documents for a query whose terms' postings are ``lists``.
 
-    ``score(d) = sum_t idf(t) * weight(t, d)`` with ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``.
+    ``score(d) = sum_t qtf(t) * idf(t) * weight(t, d)`` with ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``.
 
     Args:
         lists: one :class:`TermList` per query term found in the index.
@@ -199,6 +204,8 @@ def bm25_top(
         n_docs: ``N``, the number of live documents.
         size: one past the largest rowid.
         k: how many of the best documents the candidates must hold.
+        query_weights: ``qtf(t)`` for each of ``lists`` (aligned), each > 0: how many times the query
+            holds the term (:func:`fastrag.scoring.query_term_counts`); ``None``: 1 for every term.
 
     Returns:
         ``(rowids, scores)``: rowids (int64, ascending) and their float64 BM25 scores (> 0: Lucene's
@@ -210,10 +217,13 @@ def bm25_top(
     Flood 1995, "Query evaluation: strategies and optimizations"): terms are taken by decreasing upper
     bound of their contribution (idf times their largest weight); once the bounds of the terms left sum
     below a lower bound of the ``k``-th best score, documents found only in those terms cannot reach
-    the top ``k``, so those terms' (long) lists are only binary-searched for the candidates.
+    the top ``k``, so those terms' (long) lists are only binary-searched for the candidates. A term's
+    query weight scales its idf, so its bound and every contribution alike: the pruning stays exact.
     """
-    scored: list[tuple[float, float, np.ndarray, np.ndarray]] = []  # (bound, idf, docs, weights)
-    for docs, _, weights in lists:
+    if query_weights is not None and len(query_weights) != len(lists):
+        raise ValueError(f"{len(query_weights)} query weights for {len(lists)} term lists")
+    scored: list[tuple[float, float, np.ndarray, np.ndarray]] = []  # (bound, qtf * idf, docs, weights)
+    for i, (docs, _, weights, _) in enumerate(lists):
         if live is not None:
             keep = live[docs]
             docs, weights = docs[keep], weights[keep]
@@ -221,6 +231,8 @@ def bm25_top(
         if df == 0:
             continue
         idf = float(np.log1p((n_docs - df + 0.5) / (df + 0.5)))
+        if query_weights is not None:
+            idf *= float(query_weights[i])
         if allowed is not None:
             keep = allowed[docs]
             docs, weights = docs[keep], weights[keep]
@@ -306,7 +318,8 @@ class PostingsCache:
         self, conn: sqlite3.Connection, segments: tuple[int, ...], terms: Sequence[str], norms: np.ndarray, avgdl: float
     ) -> list[TermList]:
         """The :class:`TermList` of each of ``terms`` found in ``segments`` (read on ``conn`` where not
-        cached), with weights for ``norms`` (``k1 * (1 - b + b * |d| / avgdl)`` by rowid)."""
+        cached), with weights for ``norms`` (``k1 * (1 - b + b * |d| / avgdl)`` by rowid), in the order
+        of ``terms``; a term not in the index has none."""
         wanted = frozenset(segments)
         have: dict[str, tuple[frozenset[int], TermList, float]] = {}
         missing: dict[frozenset[int], list[str]] = defaultdict(list)  # segments to read -> terms
@@ -338,10 +351,10 @@ class PostingsCache:
                 continue  # not in the index
             current = entry[1] if entry is not None else None
             if pieces or current is None:
-                current = _joined(current, pieces, norms)
+                current = _joined(current, pieces, norms, term)
                 updates.append((term, current))
             elif entry[2] != avgdl:
-                current = TermList(current.docs, current.tfs, _weights(current.docs, current.tfs, norms))
+                current = TermList(current.docs, current.tfs, _weights(current.docs, current.tfs, norms), term)
                 updates.append((term, current))
             if len(current.docs):
                 out.append(current)
@@ -364,7 +377,9 @@ class PostingsCache:
             self._bytes -= 10 * len(dropped.docs) + 100
 
 
-def _joined(current: TermList | None, pieces: list[tuple[np.ndarray, np.ndarray]], norms: np.ndarray) -> TermList:
+def _joined(
+    current: TermList | None, pieces: list[tuple[np.ndarray, np.ndarray]], norms: np.ndarray, term: str = ""
+) -> TermList:
     """``current`` (if any) and ``pieces`` as one list, rowids ascending, with fresh weights."""
     parts = ([(current.docs, current.tfs)] if current is not None else []) + pieces
     if len(parts) == 1:
@@ -376,7 +391,7 @@ def _joined(current: TermList | None, pieces: list[tuple[np.ndarray, np.ndarray]
         if not (np.diff(docs) > 0).all():  # segments whose rowid ranges interleave
             order = np.argsort(docs, kind="stable")
             docs, tfs = docs[order], tfs[order]
-    return TermList(docs, tfs, _weights(docs, tfs, norms))
+    return TermList(docs, tfs, _weights(docs, tfs, norms), term)
 
 
 def mean_length(total_length: float, n_docs: int) -> float:
@@ -407,13 +422,13 @@ def scoped_lists(lists: Sequence[TermList], inside: np.ndarray, lengths: np.ndar
     n_docs = len(held)
     avgdl = mean_length(float(held.sum()), n_docs)
     out: list[TermList] = []
-    for docs, tfs, _ in lists:
-        keep = inside[docs]
+    for term in lists:
+        keep = inside[term.docs]
         if keep.any():
-            mine, freqs = docs[keep], tfs[keep]
+            mine, freqs = term.docs[keep], term.tfs[keep]
             # the norms of these postings only (not of every rowid), so _weights reads them by position
             norms = length_norms(lengths[mine], avgdl)
-            out.append(TermList(mine, freqs, _weights(np.arange(len(mine)), freqs, norms)))
+            out.append(TermList(mine, freqs, _weights(np.arange(len(mine)), freqs, norms), term.term))
     return out, n_docs
 
 

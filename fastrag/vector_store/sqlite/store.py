@@ -102,6 +102,7 @@ from fastrag.errors import (
 from fastrag.filters import Filter, FilterLike, matches, parse_filter
 from fastrag.limits import check_positive_int
 from fastrag.models import Document, owned_document
+from fastrag.scoring import query_term_counts
 from fastrag.vector_store._metadata import metadata_json
 from fastrag.vector_store._validation import (
     check_dimension,
@@ -1095,8 +1096,9 @@ class SQLiteVectorStore:
                 documents in that language were. ``None``: the question is analysed in each language
                 the store's documents were analysed in (:meth:`languages`; only the store's analyzer,
                 English by default, when no document has a language of its own) and the terms of all
-                these analyses are searched together, each term once. Documents in every language are
-                searched either way.
+                these analyses are searched together. Documents in every language are searched either
+                way. A term the question holds twice counts twice (Lucene's convention,
+                :func:`~fastrag.scoring.query_term_counts`).
 
         Returns:
             Copies best first, with ``score`` = BM25 (unbounded, > 0 for any match, higher is better) and
@@ -1174,10 +1176,10 @@ class SQLiteVectorStore:
         rows: bool = True,
         scope: Filter | None = None,
     ) -> list[Document]:
-        terms = sorted({t for a in self._query_analyzers(conn, language) for t in a.analyze(query, for_query=True)})
-        if not terms or not snap.segments or not snap.n_live:
+        counts = query_term_counts(a.analyze(query, for_query=True) for a in self._query_analyzers(conn, language))
+        if not counts or not snap.segments or not snap.n_live:
             return []
-        lists = self._postings.lists(conn, snap.segments, terms, snap.norms, snap.avgdl)
+        lists = self._postings.lists(conn, snap.segments, list(counts), snap.norms, snap.avgdl)
         live, n_docs = (None if snap.all_live else snap.live), snap.n_live
         if scope is not None:  # the scope's own N, df and avgdl (issue 26.1: no statistics across tenants)
             lists, n_docs = lexical.scoped_lists(lists, self._mask(conn, snap, scope), snap.lengths)
@@ -1191,6 +1193,7 @@ class SQLiteVectorStore:
             n_docs=n_docs,
             size=snap.size,
             k=k,
+            query_weights=[counts[t.term] for t in lists],
         )
         return ranked_rows(conn, scores, candidates, k, rows=rows) if len(candidates) else []
 
