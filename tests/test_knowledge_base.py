@@ -86,7 +86,7 @@ def test_resolution_takes_request_then_knowledge_base_then_defaults() -> None:
     assert (plain.mode, plain.fusion, plain.top_k) == ("hybrid", "weighted", 20)
     assert (plain.normalization, plain.vector_weight, plain.keyword_weight, plain.candidate_k) == (
         "z_score", 0.45, 0.55, 200)
-    measured = {"normalization", "vector_weight", "keyword_weight", "candidate_k"}
+    measured = {"normalization", "fusion_floor", "vector_weight", "keyword_weight", "candidate_k"}
     assert all(plain.origin(name) == ("default:embedder" if name in measured else "default") for name in plain.origins)
 
 

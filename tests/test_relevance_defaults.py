@@ -22,7 +22,7 @@ from fastrag.ingestion import (
     OpenAICompatibleEmbedder,
 )
 from fastrag.models import Document
-from fastrag.protocols import SupportsLanguages
+from fastrag.protocols import DeclaresLanguages
 from fastrag.retrieval import (
     BM25Retriever,
     HybridRetriever,
@@ -279,12 +279,12 @@ def test_built_in_embedders_declare_their_languages() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnknownLanguagesWarning)
         shipped = Model2VecEmbedder()
-        assert isinstance(shipped, SupportsLanguages) and shipped.languages == frozenset({"en"})
+        assert isinstance(shipped, DeclaresLanguages) and shipped.languages == frozenset({"en"})
         pytest.importorskip("sentence_transformers")
         from fastrag.ingestion import SentenceTransformerEmbedder
 
         minilm = SentenceTransformerEmbedder()  # all-MiniLM-L6-v2: English (issue 25: it was unknown)
-        assert isinstance(minilm, SupportsLanguages) and minilm.languages == frozenset({"en"})
+        assert isinstance(minilm, DeclaresLanguages) and minilm.languages == frozenset({"en"})
         assert embedder_languages(minilm) == frozenset({"en"})
         multilingual = OpenAICompatibleEmbedder("paraphrase-multilingual-MiniLM-L12-v2", base_url="http://127.0.0.1:9/v1")
         assert {"ar", "ko", "ja", "en", "de"} <= multilingual.languages  # type: ignore[operator]
