@@ -113,11 +113,11 @@ async def test_opensearch_index_refuses_another_analyzer(opensearch_emulator: st
 # Measured with benchmarks/cross_store_ranking.py (1,500 documents, 100 questions; docs/stores.md):
 # (mean top-10 overlap, top-1 agreement). The floors are these minus a margin for BM25 changes elsewhere.
 MEASURED = {
-    "qdrant": (1.000, 1.000),
+    "qdrant": (0.946, 0.980),  # Qdrant's BM25 counts a repeated query term once; fastrag's per occurrence
     "postgres": (1.000, 1.000),
-    "milvus-english": (0.944, 0.980),
-    "milvus-standard": (0.675, 0.840),
-    "opensearch-emulator-english": (0.441, 0.700),
+    "milvus-english": (0.996, 1.000),
+    "milvus-standard": (0.685, 0.840),
+    "opensearch-emulator-english": (0.446, 0.700),
 }
 MARGIN = 0.03
 
