@@ -186,6 +186,9 @@ _ENV = {
     "min_vector_score": "FASTRAG_MIN_VECTOR_SCORE",
     "min_keyword_score": "FASTRAG_MIN_KEYWORD_SCORE",
 }
+SETTING_VARIABLES = _ENV
+"""``{setting: FASTRAG_* variable}`` for the settings :class:`Settings` holds (the command line names them in
+its errors)."""
 _INT_SETTINGS = frozenset({"embedder_dimensions", "embedder_batch_size", "embedder_max_concurrency"})
 _FLOAT_SETTINGS = frozenset({"min_score", "min_relative_score", "min_vector_score", "min_keyword_score"})
 EMBEDDER_API_KEY_ENV = "FASTRAG_EMBEDDER_API_KEY"

@@ -842,7 +842,7 @@ async def test_evaluate_beir_reports_indexing_and_query_progress(beir_dir: Path,
 
 
 def test_eval_draws_query_progress_on_a_terminal(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from fastrag.cli import _EvalProgress
+    from fastrag.cli.evaluate import EvalProgress as _EvalProgress
 
     monkeypatch.setenv("COLUMNS", "160")
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)

@@ -471,5 +471,6 @@ def test_api_reference_covers_every_public_module() -> None:
     rendered = set()
     for page in (DOCS / "api").glob("*.md"):
         rendered |= set(re.findall(r"^:::\s+(fastrag[\w.]*)\s*$", page.read_text(encoding="utf-8"), re.MULTILINE))
-    missing = [name for name in MODULES if name not in rendered and name != "fastrag.cli"]
+    # the command line is documented from its click commands (docs/cli.md, mkdocs-click), not its modules
+    missing = [name for name in MODULES if name not in rendered and name != "fastrag.cli" and not name.startswith("fastrag.cli.")]
     assert not missing, f"add these modules to a page under docs/api/ (and mkdocs.yml's nav): {missing}"

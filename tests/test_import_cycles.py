@@ -285,7 +285,6 @@ KNOWN_PRIVATE_IMPORTS: dict[tuple[str, str, str], str] = {
        for n in ("_WHAT", "_best", "_check_keys", "_faiss", "_ReadWriteLock", "_removal_keys", "_save_atomically")},
     **{("fastrag.querying.sub_question", "fastrag.querying.engine", n): "querying: the engines share checks"
        for n in ("_check_engine_settings", "_check_positive_int", "_check_question", "_shown")},
-    ("fastrag.cli", "fastrag.config", "_ENV"): "the CLI and config, rewritten by the lead",
     ("fastrag.ingestion.sources", "fastrag.ingestion.parsers", "_SUFFIXES"): "ingestion/parsers, edited elsewhere",
     ("fastrag.retrieval.language", "fastrag.analysis", "_CJK"): "analysis, edited elsewhere",
 }  # fmt: skip

@@ -8,7 +8,7 @@ import dataclasses
 import inspect
 from pathlib import Path
 
-from fastrag.cli import search
+from fastrag.cli.search import search
 from fastrag.config import load_settings
 from fastrag.knowledge_base import KnowledgeBase
 from fastrag.retrieval.thresholds import THRESHOLD_SETTINGS
