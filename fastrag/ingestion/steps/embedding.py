@@ -125,6 +125,7 @@ class Model2VecEmbedder:
         self._limiter = anyio.CapacityLimiter(max_concurrency) if max_concurrency is not None else None
         self._local: Path | None
         self._hub_id: str | None
+        self._name: str | None = None
         if isinstance(model, Path):
             self._local, self._hub_id = model, None
         elif isinstance(model, str) and model:
@@ -159,7 +160,9 @@ class Model2VecEmbedder:
         if self._hub_id is not None:
             return self._hub_id
         assert self._local is not None
-        return self._local.resolve().name or str(self._local)
+        if self._name is None:  # resolved once: the planner and the fusion defaults read it on every search
+            self._name = self._local.resolve().name or str(self._local)
+        return self._name
 
     @property
     def dimension(self) -> int:
