@@ -10,8 +10,6 @@ from fastrag.evaluation import load_beir
 from fastrag.models import Document
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
-if not SHARED.is_dir():  # a git worktree one level deeper than the checkout (as benchmarks/languages.py)
-    SHARED = Path("/work/shared/datasets")
 
 
 @dataclass

@@ -13,8 +13,6 @@ import pytest
 from fastrag.evaluation.beir_eval import evaluate_beir
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
-if not DATASETS.is_dir() and Path("/work/shared/datasets").is_dir():  # a git worktree one level deeper
-    DATASETS = Path("/work/shared/datasets")
 COLLECTIONS = ("scifact", "xquad-en", "xquad-de", "xquad-es", "xquad-ru", "xquad-zh")
 
 pytestmark = [
