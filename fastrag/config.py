@@ -704,6 +704,7 @@ def build_retriever(
             over a store that has none (configure ``lexical_store``), or a threshold the mode cannot apply
             or that is not a finite number (see :func:`~fastrag.retrieval.thresholds.check_thresholds_fit`).
     """
+    from fastrag.defaults import hybrid_defaults
     from fastrag.planning import compose
     from fastrag.settings import SearchSettings, resolve_settings
 
@@ -716,7 +717,7 @@ def build_retriever(
                                    "min_vector_score": min_vector_score, "min_keyword_score": min_keyword_score}  # fmt: skip
         if reranker is not None:
             request.update(rerank=True, rerank_model=reranker, candidate_k=rerank_candidate_k or candidate_k)
-            branch_k = candidate_k or resolve_settings(embedder_name=name).candidate_k
+            branch_k = candidate_k or hybrid_defaults(name).candidate_k  # the hybrid's own default per branch
             request.update(vector_candidate_k=branch_k, keyword_candidate_k=branch_k)
         else:
             request["candidate_k"] = candidate_k
