@@ -394,6 +394,54 @@ async def test_on_real_milvus_the_shared_collection_is_the_channel_and_a_collect
     assert own[0] and own[0] == own[1]
 
 
+@pytest.mark.parametrize("entrance", ["tenant_store", "knowledge_base"])
+async def test_on_real_milvus_tenant_isolation_collection_scores_alice_alike_whatever_bob_holds(
+    milvus_server: str, entrance: str
+) -> None:
+    """With ``tenant_isolation="collection"`` (``?tenant_isolation=collection``) each tenant's scoped view
+    writes and searches a collection of its own, so Milvus's own BM25 statistics are the tenant's: alice's
+    scores are identical whether bob holds 0 or 20 documents with the same words; the shared default is the
+    documented channel (the test above)."""
+    pytest.importorskip("pymilvus", reason="the milvus extra is not installed")
+    from fastrag.scoping import Scope, tenant_collection
+    from fastrag.vector_store.milvus import MilvusVectorStore
+
+    async def alice_scores(n_bob: int) -> list[tuple[Any, ...]]:
+        name = f"iso_{uuid.uuid4().hex[:12]}"
+        url = milvus_server.replace("http://", "milvus://") + f"/{name}?tenant_isolation=collection&dimension=2"
+        store = MilvusVectorStore.from_url(url)
+        key = "tenant_id" if entrance == "tenant_store" else "user_id"
+        try:
+            if entrance == "tenant_store":
+                for who, docs in (("alice", ALICE), ("bob", bob_documents(n_bob))):
+                    if docs:
+                        await TenantScopedStore(store, tenant=who).upsert(docs)
+            else:
+                kb = KnowledgeBase(store, embedder=HashingEmbedder(dimension=2))
+                await kb.add_documents(ALICE, user_id="alice")
+                if n_bob:
+                    await kb.add_documents(bob_documents(n_bob), user_id="bob")
+            for who in ("alice", "bob"):
+                await (await store.tenant_store(Scope({key: who}))).flush()
+            assert await store.count() == 0  # nothing in the shared collection
+            if entrance == "tenant_store":
+                view = TenantScopedStore(store, tenant="alice")
+                assert await view.count() == len(ALICE)
+                found = await view.search_text(QUERY, k=10)
+            else:
+                assert await kb.count(user_id="alice") == len(ALICE)
+                found = await kb.search(QUERY, user_id="alice", search_mode="keyword")
+            return fingerprint(found)
+        finally:
+            for who in ("alice", "bob"):
+                await store._call("drop_collection", tenant_collection(name, Scope({key: who})))
+            await store._call("drop_collection", name)
+            await store.aclose()
+
+    alone, beside_bob = await alice_scores(0), await alice_scores(20)
+    assert alone and alone == beside_bob
+
+
 async def test_ids_a_tenant_store_wrote_before_scoped_looking_ids_were_refused_still_read_and_delete() -> None:
     async with SQLiteVectorStore(":memory:") as shared:
         # what TenantScopedStore(shared, tenant="alice") stored for the id "user_id=bob::x" before this release

@@ -3,6 +3,7 @@ docstring for the layout and what runs where)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from collections.abc import Awaitable, Mapping, Sequence
@@ -24,6 +25,7 @@ from fastrag.errors import (
 )
 from fastrag.filters import FilterLike
 from fastrag.models import Document
+from fastrag.scoping import check_tenant_isolation, tenant_collection
 from fastrag.vector_store._validation import (
     check_dimension,
     check_document_text,
@@ -124,6 +126,13 @@ class MilvusVectorStore:
         index_params: the dense index, ``{"index_type": ..., "params": {...}}`` (default ``FLAT``: exact k-NN;
             use ``HNSW`` or ``AUTOINDEX`` on a server for large collections, approximate; milvus-lite 2.5.1
             builds only FLAT, IVF_FLAT and AUTOINDEX). The metric is always COSINE.
+        tenant_isolation: ``"shared"`` (default): a tenant-scoped view (``TenantScopedStore``, a knowledge
+            base's ``user_id=``) writes into this collection beside every other tenant, and Milvus's BM25
+            statistics (document count, document frequencies, mean length) count every tenant's documents: a
+            channel between tenants (``docs/reliability.md``). ``"collection"``: each scope writes and searches
+            a collection of its own, ``<collection>__t<hex of the scope>``
+            (:func:`fastrag.scoping.tenant_collection`), created on its first write with this store's
+            settings, so a tenant's BM25 statistics are its own. Unscoped calls use ``collection`` as before.
 
     Raises:
         InvalidParameterError: a bad ``collection``, ``dimension`` or ``timeout``, or neither ``url`` nor
@@ -157,6 +166,7 @@ class MilvusVectorStore:
         db_name: str | None = None,
         analyzer_params: Mapping[str, Any] | None = None,
         index_params: Mapping[str, Any] | None = None,
+        tenant_isolation: str = "shared",
     ) -> None:
         if url is None and client is None:
             raise InvalidParameterError("MilvusVectorStore needs a url or a client")
@@ -196,6 +206,39 @@ class MilvusVectorStore:
         self._lite_server = False
         self._unflushed = 0
         self._flush_lock = anyio.Lock()
+        self.tenant_isolation = check_tenant_isolation(tenant_isolation)
+        self._sync_index_build = client is None or not self._is_async
+        self._tenants: dict[str, MilvusVectorStore] = {}
+        self._tenants_lock = anyio.Lock()
+
+    async def tenant_store(self, scope: Mapping[str, str | int]) -> MilvusVectorStore:
+        """The store of ``scope``'s own collection (``tenant_isolation="collection"``): the same client,
+        settings (dimension, BM25, analyzer, index, embedding model) and database, on
+        :func:`~fastrag.scoping.tenant_collection`'s name; made once per scope, never closing the client.
+
+        Raises:
+            InvalidParameterError: the collection name would pass Milvus's 255 characters.
+            BackendUnavailableError: the store cannot be opened, or is closed.
+        """
+        name = tenant_collection(self.collection, scope)
+        found = self._tenants.get(name)
+        if found is not None:
+            return found
+        await self._ensure_open()
+        async with self._tenants_lock:
+            found = self._tenants.get(name)
+            if found is None:
+                found = copy.copy(self)
+                found.collection = name
+                found.tenant_isolation = "shared"
+                found._owns_client = False  # the client is this store's: closing the tenant's leaves it open
+                found._open_lock, found._flush_lock, found._tenants_lock = anyio.Lock(), anyio.Lock(), anyio.Lock()
+                found._opened = found._closed = found._exists = False
+                found._unflushed = 0
+                found._tenants = {}
+                self._tenants[name] = found
+        await found._ensure_open()
+        return found
 
     # ------------------------------------------------------------------ construction from a URL
 
@@ -212,7 +255,8 @@ class MilvusVectorStore:
 
         Query parameters (both forms): ``bm25=true|false`` (default **true**, so one URL serves the keyword,
         vector and hybrid modes), ``analyzer=english|standard|chinese`` (the BM25 analyzer of a new collection,
-        Milvus's built-in of that name; default ``english``, see ``analyzer_params``), ``dimension=N``,
+        Milvus's built-in of that name; default ``english``, see ``analyzer_params``),
+        ``tenant_isolation=shared|collection`` (see the constructor), ``dimension=N``,
         ``db=name`` (server only), ``timeout=seconds``. In ``fastrag.toml`` the same URL is the ``store`` value.
         Keyword arguments override the URL's settings and are passed to the constructor.
 
@@ -431,7 +475,7 @@ class MilvusVectorStore:
             await self._load_collection_state()  # another client created it meanwhile: open theirs
             return
         specs = index_specs(dimension, enable_bm25=self.enable_bm25, index_params=self._index_params)
-        if self._owns_client or not self._is_async:
+        if self._sync_index_build:
             # pymilvus's async create_index waits through AllocTimestamp, which milvus-lite does not serve;
             # the sync client can start the build without waiting, and we poll describe_index instead.
             await anyio.to_thread.run_sync(self._create_indexes_sync, specs)
