@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from fastrag.errors import InvalidParameterError
 from fastrag.filters import field
 from fastrag.knowledge_base import KnowledgeBase, SearchSettings
 from fastrag.models import Document
@@ -423,7 +424,11 @@ async def test_on_real_milvus_tenant_isolation_collection_scores_alice_alike_wha
                     await kb.add_documents(bob_documents(n_bob), user_id="bob")
             for who in ("alice", "bob"):
                 await (await store.tenant_store(Scope({key: who}))).flush()
-            assert await store.count() == 0  # nothing in the shared collection
+            # an unscoped read of the isolated store would miss every tenant's documents: refused, typed
+            with pytest.raises(InvalidParameterError, match="tenant_isolation='collection'"):
+                await store.search_text(QUERY, k=10)
+            with pytest.raises(InvalidParameterError, match="scoped view"):
+                await store.count()
             if entrance == "tenant_store":
                 view = TenantScopedStore(store, tenant="alice")
                 assert await view.count() == len(ALICE)

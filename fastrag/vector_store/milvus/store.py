@@ -25,7 +25,7 @@ from fastrag.errors import (
 )
 from fastrag.filters import FilterLike
 from fastrag.models import Document
-from fastrag.scoping import check_tenant_isolation, tenant_collection
+from fastrag.scoping import TENANT_COLLECTION_MARK, check_tenant_isolation, tenant_collection
 from fastrag.vector_store._validation import (
     check_dimension,
     check_document_text,
@@ -239,6 +239,24 @@ class MilvusVectorStore:
                 self._tenants[name] = found
         await found._ensure_open()
         return found
+
+    async def _refuse_unscoped_read(self) -> None:
+        """With ``tenant_isolation="collection"``, refuse an unscoped read while tenant collections exist:
+        it would search only this collection and silently miss every tenant's documents.
+
+        Raises:
+            InvalidParameterError: tenant collections of this store exist (the message names how many).
+        """
+        if self.tenant_isolation != "collection":
+            return
+        prefix = self.collection + TENANT_COLLECTION_MARK
+        tenants = [c for c in await self._call("list_collections") if c.startswith(prefix)]
+        if tenants:
+            raise InvalidParameterError(
+                f"{self.name} isolates tenants (tenant_isolation='collection'): {len(tenants)} tenant "
+                "collection(s) hold documents an unscoped read would not see; read through a scoped view "
+                "(TenantScopedStore, or a knowledge base's user_id= / agent_id= / scope=)"
+            )
 
     # ------------------------------------------------------------------ construction from a URL
 
@@ -684,6 +702,9 @@ class MilvusVectorStore:
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
         expressions = self._id_filter_expressions(ids, filter)
+        if ids is None:
+            await self._ensure_open()
+            await self._refuse_unscoped_read()
         if not expressions or not await self._readable():
             return 0
         doomed: list[str] = []
@@ -746,7 +767,9 @@ class MilvusVectorStore:
         """
         expression = native_or_translated(filter) or ""
         if not await self._readable():
+            await self._refuse_unscoped_read()
             return 0
+        await self._refuse_unscoped_read()
         rows = await self._call("query", self.collection, filter=expression, output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
 
@@ -767,6 +790,8 @@ class MilvusVectorStore:
         if limit is not None:
             check_search_k(limit, "limit")
         expressions = self._id_filter_expressions(ids, filter)
+        await self._ensure_open()
+        await self._refuse_unscoped_read()
         if not expressions or not await self._readable():
             return []
         found: dict[str, Document] = {}
@@ -804,6 +829,8 @@ class MilvusVectorStore:
             raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
         check_dimension(query.shape[0], self.dimension, store=self.name, what="query has")
         expression = and_expressions(f"{HAS_VECTOR_FIELD} == true", native_or_translated(filter))
+        await self._ensure_open()
+        await self._refuse_unscoped_read()
         if not await self._searchable() or not self._has_vectors:
             return []  # no collection yet, or a BM25-only one: no document has a vector
         if query.shape[0] != self.dimension:
@@ -839,6 +866,7 @@ class MilvusVectorStore:
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         expression = native_or_translated(filter) or ""
         exists = await self._searchable()
+        await self._refuse_unscoped_read()
         if not self.enable_bm25:
             raise ConfigurationError(
                 f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True (in a store URL: "
@@ -933,6 +961,7 @@ class MilvusVectorStore:
             candidate_k=candidate_k,
         )  # fmt: skip
         exists = await self._searchable()
+        await self._refuse_unscoped_read()
         if not self.enable_bm25:
             raise ConfigurationError(f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True")
         if not exists:
