@@ -21,7 +21,10 @@ build one per call. Through the view:
   a store holding only its documents, whatever other tenants write. A store that computes BM25 from its
   whole collection (Milvus, Qdrant, OpenSearch, Chroma has no BM25) cannot: its statistics are
   collection-wide, a channel between tenants (``docs/reliability.md``, "BM25 statistics and tenants"),
-  logged once per store class at WARNING; give each tenant its own collection or index to close it.
+  logged once per store class at WARNING; give each tenant its own collection or index to close it, or
+  (Milvus) open the store with ``tenant_isolation="collection"``
+  (:class:`~fastrag.protocols.SupportsTenantIsolation`): a non-empty scope's view then writes and searches
+  the scope's own collection (:func:`tenant_collection`), whose statistics are the scope's.
 
 **The stored-id encoding**, the same for every view::
 
