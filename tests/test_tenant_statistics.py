@@ -460,3 +460,34 @@ async def test_ids_a_tenant_store_wrote_before_scoped_looking_ids_were_refused_s
         assert [d.content for d in await alice.get(ids=["user_id=bob::x"])] == ["old solar note"]
         assert await alice.delete(ids=["user_id=bob::x"]) == 1
         assert await shared.count() == 0
+
+
+def test_tenant_collection_names_are_injective_and_valid_for_every_engine() -> None:
+    import re
+
+    from fastrag.scoping import Scope, tenant_collection
+
+    scopes = [{"tenant_id": 1}, {"tenant_id": "1"}, {"user_id": "a:"}, {"user_id": "a"}, {"user_id": "Alice"},
+              {"user_id": "alice"}, {"user_id": "alice", "agent_id": "a1"}, {"user_id": "ü ∑/\\*?"}]  # fmt: skip
+    names = [tenant_collection("docs", Scope(scope)) for scope in scopes]
+    assert len(set(names)) == len(names)
+    assert all(re.fullmatch(r"docs__t[0-9a-f]+", name) for name in names)  # Milvus, Qdrant, OpenSearch alike
+    with pytest.raises(InvalidParameterError, match="255"):
+        tenant_collection("docs", Scope({"user_id": "x" * 200}))
+    with pytest.raises(InvalidParameterError):
+        tenant_collection("docs", Scope({}))
+
+
+def test_tenant_isolation_is_a_milvus_url_and_constructor_setting() -> None:
+    pytest.importorskip("pymilvus", reason="the milvus extra is not installed")
+    from fastrag.errors import ConfigurationError
+    from fastrag.protocols import SupportsTenantIsolation
+    from fastrag.vector_store.milvus import MilvusVectorStore
+
+    assert MilvusVectorStore.from_url("milvus://h:1/docs").tenant_isolation == "shared"  # the default: as before
+    store = MilvusVectorStore.from_url("milvus://h:1/docs?tenant_isolation=collection")
+    assert store.tenant_isolation == "collection" and isinstance(store, SupportsTenantIsolation)
+    with pytest.raises(ConfigurationError, match="tenant_isolation"):
+        MilvusVectorStore.from_url("milvus://h:1/docs?tenant_isolation=partition")
+    with pytest.raises(InvalidParameterError, match="tenant_isolation"):
+        MilvusVectorStore("http://h:1", "docs", tenant_isolation="tenant")
