@@ -45,6 +45,7 @@ __all__ = [
     "SupportsLanguageConfidence",
     "SupportsLanguages",
     "SupportsScopedStatistics",
+    "SupportsTenantIsolation",
     "VectorStore",
 ]
 
@@ -204,6 +205,30 @@ class SupportsScopedStatistics(Protocol, metaclass=_Declared):
             FilterError: ``filter`` or ``scope`` is malformed.
             UnsupportedFilterError: the store cannot express one of them (raised before any query runs).
             BackendError: the store failed.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsTenantIsolation(Protocol, metaclass=_Declared):
+    """Optional store capability: the engine's own isolation of tenants, a collection (index) per scope.
+
+    A store whose engine computes BM25 from collection-wide statistics (Milvus, ...) offers it; with
+    ``tenant_isolation == "collection"`` a scoped view (:class:`~fastrag.scoping.ScopedStore`) writes and
+    searches :meth:`tenant_store`'s collection, whose statistics are then the scope's own. With
+    ``"shared"`` (the default) every scope shares the store's collection.
+    """
+
+    tenant_isolation: str
+    """``"shared"`` (one collection for every scope) or ``"collection"`` (one per scope)."""
+
+    async def tenant_store(self, scope: Mapping[str, str | int]) -> Any:
+        """The store of ``scope``'s own collection (named by :func:`fastrag.scoping.tenant_collection`),
+        sharing this store's client; made once per scope and closed with this store.
+
+        Raises:
+            InvalidParameterError: the derived collection name is too long for the engine.
+            BackendError: the engine failed.
         """
         ...
 

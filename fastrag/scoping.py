@@ -21,7 +21,10 @@ build one per call. Through the view:
   a store holding only its documents, whatever other tenants write. A store that computes BM25 from its
   whole collection (Milvus, Qdrant, OpenSearch, Chroma has no BM25) cannot: its statistics are
   collection-wide, a channel between tenants (``docs/reliability.md``, "BM25 statistics and tenants"),
-  logged once per store class at WARNING; give each tenant its own collection or index to close it.
+  logged once per store class at WARNING; give each tenant its own collection or index to close it, or
+  (Milvus) open the store with ``tenant_isolation="collection"``
+  (:class:`~fastrag.protocols.SupportsTenantIsolation`): a non-empty scope's view then writes and searches
+  the scope's own collection (:func:`tenant_collection`), whose statistics are the scope's.
 
 **The stored-id encoding**, the same for every view::
 
@@ -67,6 +70,7 @@ from fastrag.protocols import (
     SupportsLanguages,
     SupportsQueryLanguage,
     SupportsScopedStatistics,
+    SupportsTenantIsolation,
 )
 
 __all__ = [
@@ -85,6 +89,8 @@ __all__ = [
     "scoped_statistics",
     "split_scoped_id",
     "statistics_scope",
+    "TENANT_ISOLATION",
+    "tenant_collection",
     "tenant_filter",
     "tenant_scope",
     "warn_collection_statistics",
@@ -105,6 +111,13 @@ STATISTICS: tuple[str, ...] = ("scope", "store")
 """Where a scoped view's BM25 statistics come from: ``"scope"`` (default), the scope's own documents where
 the store can count them (:class:`~fastrag.protocols.SupportsScopedStatistics`); ``"store"``, every
 document of the store (the engine's collection-wide statistics)."""
+
+TENANT_ISOLATION: tuple[str, ...] = ("shared", "collection")
+"""A store's ``tenant_isolation``: ``"shared"`` (default), every scope in the store's one collection (the
+engine's BM25 statistics are collection-wide: a channel between tenants); ``"collection"``, each scope in a
+collection (index) of its own (:func:`tenant_collection`), so the engine's statistics are the scope's."""
+TENANT_COLLECTION_MARK = "__t"
+"""Between the base collection name and the hex-encoded scope in :func:`tenant_collection`."""
 
 _ENCODED = r"[A-Za-z0-9_.~%-]+"  # what quote(..., safe="") produces: no separator can occur in it
 _SEGMENT = rf"{_ENCODED}(?:={_ENCODED}|#-?[0-9]+)"
@@ -197,6 +210,39 @@ def split_scoped_id(stored_id: str) -> tuple[dict[str, str | int], str] | None:
             key, _, number = segment.partition("#")
             scope[unquote(key)] = int(number)
     return scope, match.group(2)
+
+
+def check_tenant_isolation(value: Any) -> str:
+    """``value`` when it is one of :data:`TENANT_ISOLATION`.
+
+    Raises:
+        InvalidParameterError: anything else.
+    """
+    if value not in TENANT_ISOLATION:
+        raise InvalidParameterError(
+            f"tenant_isolation must be one of {', '.join(map(repr, TENANT_ISOLATION))}, got {value!r}"
+        )
+    return value
+
+
+def tenant_collection(base: str, scope: Mapping[str, str | int], *, max_length: int = 255) -> str:
+    """The collection (index) name of ``scope``'s own collection beside ``base``:
+    ``<base>__t<hex of the UTF-8 scope prefix>`` (:func:`scope_prefix`), lower-case hex so it is valid for
+    Milvus (letters, digits, ``_``), Qdrant and OpenSearch (lower case) alike. Injective for a given
+    ``base``: distinct scopes never share a collection (do not name another collection ``<base>__t...``).
+
+    Raises:
+        InvalidParameterError: ``scope`` is empty, or the name would exceed ``max_length`` characters.
+    """
+    if not scope:
+        raise InvalidParameterError("a tenant collection needs a non-empty scope")
+    name = f"{base}{TENANT_COLLECTION_MARK}{scope_prefix(scope).encode('utf-8').hex()}"
+    if len(name) > max_length:
+        raise InvalidParameterError(
+            f"the collection of scope {dict(scope)!r} beside {base!r} would be {len(name)} characters, more than "
+            f"the engine's {max_length}: use shorter tenant values or a shorter base collection name"
+        )
+    return name
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -538,6 +584,20 @@ class ScopedStore:
                         f"document {doc.id!r} has {key}={current!r}; this call writes {key}={value!r}"
                     )
 
+    @property
+    def isolated(self) -> bool:
+        """Whether this view reads and writes its scope's own collection: a non-empty scope over a store
+        with ``tenant_isolation="collection"`` (:class:`~fastrag.protocols.SupportsTenantIsolation`)."""
+        return (bool(self.scope) and isinstance(self.store, SupportsTenantIsolation)
+                and self.store.tenant_isolation == "collection")  # fmt: skip
+
+    async def _target(self) -> Any:
+        """The store this view's calls go to: the scope's own collection when :attr:`isolated`, else the
+        shared store. Documents are stamped and ids scoped either way (a second line of defence)."""
+        if self.isolated:
+            return await self.store.tenant_store(self.scope)
+        return self.store
+
     async def _ready(self) -> None:
         """Awaited by every call before it reaches the store, after its arguments are checked (a hook:
         :class:`~fastrag.vector_store.tenant.TenantScopedStore` refuses older stored ids there)."""
@@ -558,7 +618,7 @@ class ScopedStore:
             docs = [Document(id=scoped_id(self.scope, d.id), content=d.content, metadata={**d.metadata, **self.scope})
                     for d in docs]  # fmt: skip
         await self._ready()
-        await self.store.upsert(docs, embeddings=embeddings)
+        await (await self._target()).upsert(docs, embeddings=embeddings)
 
     async def delete(self, *, ids: Sequence[str] | None = None, filter: FilterLike | Any | None = None) -> int:  # noqa: A002
         """Delete the scope's documents with these ``ids`` (as the view shows them) and/or matching
@@ -573,7 +633,7 @@ class ScopedStore:
         stored = self._stored_ids(ids)
         confined = self.confine(filter)
         await self._ready()
-        return await self.store.delete(ids=stored, filter=confined)
+        return await (await self._target()).delete(ids=stored, filter=confined)
 
     # -------------------------------------------------------------------------------------- reads
 
@@ -585,7 +645,7 @@ class ScopedStore:
         """
         confined = self.confine(filter)
         await self._ready()
-        return await self.store.count(filter=confined)
+        return await (await self._target()).count(filter=confined)
 
     async def search_vector(self, embedding: Any, *, k: int, filter: FilterLike | Any | None = None) -> list[Document]:  # noqa: A002
         """The store's k-NN among the scope's documents (matching ``filter``), best first, under the ids
@@ -597,7 +657,7 @@ class ScopedStore:
         """
         confined = self.confine(filter)
         await self._ready()
-        return self.shown(await self.store.search_vector(embedding, k=k, filter=confined), ranked=True)
+        return self.shown(await (await self._target()).search_vector(embedding, k=k, filter=confined), ranked=True)
 
     @property
     def dimension(self) -> Any:
@@ -647,6 +707,8 @@ class _SearchText(ScopedStore):
         """
         confined = self.confine(filter)
         await self._ready()
+        if self.isolated:  # the scope's own collection: the engine's statistics are the scope's
+            return self.shown(await (await self._target()).search_text(query, k=k, filter=confined, **options), ranked=True)
         if self.scope and self.statistics == "scope":
             if isinstance(self.store, SupportsScopedStatistics):
                 found = await self.store.search_text_scoped(query, k=k, scope=self.scope.filter, filter=filter, **options)
@@ -685,7 +747,7 @@ class _Get(ScopedStore):
         stored = self._stored_ids(ids)
         confined = self.confine(filter)
         await self._ready()
-        return self.shown(await self.store.get(ids=stored, filter=confined, limit=limit))
+        return self.shown(await (await self._target()).get(ids=stored, filter=confined, limit=limit))
 
 
 def _variant(cls: type, text: bool, get: bool, languages: bool = False) -> type:

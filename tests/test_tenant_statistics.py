@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from fastrag.errors import InvalidParameterError
 from fastrag.filters import field
 from fastrag.knowledge_base import KnowledgeBase, SearchSettings
 from fastrag.models import Document
@@ -394,6 +395,58 @@ async def test_on_real_milvus_the_shared_collection_is_the_channel_and_a_collect
     assert own[0] and own[0] == own[1]
 
 
+@pytest.mark.parametrize("entrance", ["tenant_store", "knowledge_base"])
+async def test_on_real_milvus_tenant_isolation_collection_scores_alice_alike_whatever_bob_holds(
+    milvus_server: str, entrance: str
+) -> None:
+    """With ``tenant_isolation="collection"`` (``?tenant_isolation=collection``) each tenant's scoped view
+    writes and searches a collection of its own, so Milvus's own BM25 statistics are the tenant's: alice's
+    scores are identical whether bob holds 0 or 20 documents with the same words; the shared default is the
+    documented channel (the test above)."""
+    pytest.importorskip("pymilvus", reason="the milvus extra is not installed")
+    from fastrag.scoping import Scope, tenant_collection
+    from fastrag.vector_store.milvus import MilvusVectorStore
+
+    async def alice_scores(n_bob: int) -> list[tuple[Any, ...]]:
+        name = f"iso_{uuid.uuid4().hex[:12]}"
+        url = milvus_server.replace("http://", "milvus://") + f"/{name}?tenant_isolation=collection&dimension=2"
+        store = MilvusVectorStore.from_url(url)
+        key = "tenant_id" if entrance == "tenant_store" else "user_id"
+        try:
+            if entrance == "tenant_store":
+                for who, docs in (("alice", ALICE), ("bob", bob_documents(n_bob))):
+                    if docs:
+                        await TenantScopedStore(store, tenant=who).upsert(docs)
+            else:
+                kb = KnowledgeBase(store, embedder=HashingEmbedder(dimension=2))
+                await kb.add_documents(ALICE, user_id="alice")
+                if n_bob:
+                    await kb.add_documents(bob_documents(n_bob), user_id="bob")
+            for who in ("alice", "bob"):
+                await (await store.tenant_store(Scope({key: who}))).flush()
+            # an unscoped read of the isolated store would miss every tenant's documents: refused, typed
+            with pytest.raises(InvalidParameterError, match="tenant_isolation='collection'"):
+                await store.search_text(QUERY, k=10)
+            with pytest.raises(InvalidParameterError, match="scoped view"):
+                await store.count()
+            if entrance == "tenant_store":
+                view = TenantScopedStore(store, tenant="alice")
+                assert await view.count() == len(ALICE)
+                found = await view.search_text(QUERY, k=10)
+            else:
+                assert await kb.count(user_id="alice") == len(ALICE)
+                found = await kb.search(QUERY, user_id="alice", search_mode="keyword")
+            return fingerprint(found)
+        finally:
+            for who in ("alice", "bob"):
+                await store._call("drop_collection", tenant_collection(name, Scope({key: who})))
+            await store._call("drop_collection", name)
+            await store.aclose()
+
+    alone, beside_bob = await alice_scores(0), await alice_scores(20)
+    assert alone and alone == beside_bob
+
+
 async def test_ids_a_tenant_store_wrote_before_scoped_looking_ids_were_refused_still_read_and_delete() -> None:
     async with SQLiteVectorStore(":memory:") as shared:
         # what TenantScopedStore(shared, tenant="alice") stored for the id "user_id=bob::x" before this release
@@ -407,3 +460,34 @@ async def test_ids_a_tenant_store_wrote_before_scoped_looking_ids_were_refused_s
         assert [d.content for d in await alice.get(ids=["user_id=bob::x"])] == ["old solar note"]
         assert await alice.delete(ids=["user_id=bob::x"]) == 1
         assert await shared.count() == 0
+
+
+def test_tenant_collection_names_are_injective_and_valid_for_every_engine() -> None:
+    import re
+
+    from fastrag.scoping import Scope, tenant_collection
+
+    scopes = [{"tenant_id": 1}, {"tenant_id": "1"}, {"user_id": "a:"}, {"user_id": "a"}, {"user_id": "Alice"},
+              {"user_id": "alice"}, {"user_id": "alice", "agent_id": "a1"}, {"user_id": "ü ∑/\\*?"}]  # fmt: skip
+    names = [tenant_collection("docs", Scope(scope)) for scope in scopes]
+    assert len(set(names)) == len(names)
+    assert all(re.fullmatch(r"docs__t[0-9a-f]+", name) for name in names)  # Milvus, Qdrant, OpenSearch alike
+    with pytest.raises(InvalidParameterError, match="255"):
+        tenant_collection("docs", Scope({"user_id": "x" * 200}))
+    with pytest.raises(InvalidParameterError):
+        tenant_collection("docs", Scope({}))
+
+
+def test_tenant_isolation_is_a_milvus_url_and_constructor_setting() -> None:
+    pytest.importorskip("pymilvus", reason="the milvus extra is not installed")
+    from fastrag.errors import ConfigurationError
+    from fastrag.protocols import SupportsTenantIsolation
+    from fastrag.vector_store.milvus import MilvusVectorStore
+
+    assert MilvusVectorStore.from_url("milvus://h:1/docs").tenant_isolation == "shared"  # the default: as before
+    store = MilvusVectorStore.from_url("milvus://h:1/docs?tenant_isolation=collection")
+    assert store.tenant_isolation == "collection" and isinstance(store, SupportsTenantIsolation)
+    with pytest.raises(ConfigurationError, match="tenant_isolation"):
+        MilvusVectorStore.from_url("milvus://h:1/docs?tenant_isolation=partition")
+    with pytest.raises(InvalidParameterError, match="tenant_isolation"):
+        MilvusVectorStore("http://h:1", "docs", tenant_isolation="tenant")

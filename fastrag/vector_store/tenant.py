@@ -111,7 +111,8 @@ class TenantScopedStore(ScopedStore):
 
     async def _ready(self) -> None:
         """Refuse to work over this tenant's documents while they carry the ids of an older version."""
-        if self._format_checked or not isinstance(self.store, SupportsGet):
+        if self._format_checked or self.isolated or not isinstance(self.store, SupportsGet):
+            # (a tenant collection of an isolating store was written by this version: no older ids there)
             return
         sample = await self.store.get(filter=self.scope.filter, limit=1)
         if sample and self._is_legacy(sample[0].id):

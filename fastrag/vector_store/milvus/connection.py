@@ -38,7 +38,7 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True, strict_parsing=bool(query)).items()}
     except ValueError as exc:
         raise ConfigurationError(f"{url}: malformed query string {query!r}") from exc
-    known = {"collection", "bm25", "dimension", "db", "timeout", "analyzer"}
+    known = {"collection", "bm25", "dimension", "db", "timeout", "analyzer", "tenant_isolation"}
     unknown = set(params) - known
     if unknown:
         raise ConfigurationError(f"{url}: unknown parameters {sorted(unknown)}; known: {sorted(known)}")
@@ -58,6 +58,12 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
         if not options["enable_bm25"]:
             raise ConfigurationError(f"{url}: analyzer= is the BM25 analyzer; it needs bm25=true")
         options["analyzer_params"] = {"type": params["analyzer"]}
+    if "tenant_isolation" in params:
+        if params["tenant_isolation"] not in ("shared", "collection"):
+            raise ConfigurationError(
+                f"{url}: tenant_isolation must be shared or collection, got {params['tenant_isolation']!r}"
+            )
+        options["tenant_isolation"] = params["tenant_isolation"]
     for name, target, kind in (("dimension", "dimension", int), ("timeout", "timeout", float)):
         if name in params:
             try:

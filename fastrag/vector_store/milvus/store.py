@@ -3,6 +3,7 @@ docstring for the layout and what runs where)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from collections.abc import Awaitable, Mapping, Sequence
@@ -24,6 +25,7 @@ from fastrag.errors import (
 )
 from fastrag.filters import FilterLike
 from fastrag.models import Document
+from fastrag.scoping import TENANT_COLLECTION_MARK, check_tenant_isolation, tenant_collection
 from fastrag.vector_store._validation import (
     check_dimension,
     check_document_text,
@@ -124,6 +126,13 @@ class MilvusVectorStore:
         index_params: the dense index, ``{"index_type": ..., "params": {...}}`` (default ``FLAT``: exact k-NN;
             use ``HNSW`` or ``AUTOINDEX`` on a server for large collections, approximate; milvus-lite 2.5.1
             builds only FLAT, IVF_FLAT and AUTOINDEX). The metric is always COSINE.
+        tenant_isolation: ``"shared"`` (default): a tenant-scoped view (``TenantScopedStore``, a knowledge
+            base's ``user_id=``) writes into this collection beside every other tenant, and Milvus's BM25
+            statistics (document count, document frequencies, mean length) count every tenant's documents: a
+            channel between tenants (``docs/reliability.md``). ``"collection"``: each scope writes and searches
+            a collection of its own, ``<collection>__t<hex of the scope>``
+            (:func:`fastrag.scoping.tenant_collection`), created on its first write with this store's
+            settings, so a tenant's BM25 statistics are its own. Unscoped calls use ``collection`` as before.
 
     Raises:
         InvalidParameterError: a bad ``collection``, ``dimension`` or ``timeout``, or neither ``url`` nor
@@ -157,6 +166,7 @@ class MilvusVectorStore:
         db_name: str | None = None,
         analyzer_params: Mapping[str, Any] | None = None,
         index_params: Mapping[str, Any] | None = None,
+        tenant_isolation: str = "shared",
     ) -> None:
         if url is None and client is None:
             raise InvalidParameterError("MilvusVectorStore needs a url or a client")
@@ -196,6 +206,57 @@ class MilvusVectorStore:
         self._lite_server = False
         self._unflushed = 0
         self._flush_lock = anyio.Lock()
+        self.tenant_isolation = check_tenant_isolation(tenant_isolation)
+        self._sync_index_build = client is None or not self._is_async
+        self._tenants: dict[str, MilvusVectorStore] = {}
+        self._tenants_lock = anyio.Lock()
+
+    async def tenant_store(self, scope: Mapping[str, str | int]) -> MilvusVectorStore:
+        """The store of ``scope``'s own collection (``tenant_isolation="collection"``): the same client,
+        settings (dimension, BM25, analyzer, index, embedding model) and database, on
+        :func:`~fastrag.scoping.tenant_collection`'s name; made once per scope, never closing the client.
+
+        Raises:
+            InvalidParameterError: the collection name would pass Milvus's 255 characters.
+            BackendUnavailableError: the store cannot be opened, or is closed.
+        """
+        name = tenant_collection(self.collection, scope)
+        found = self._tenants.get(name)
+        if found is not None:
+            return found
+        await self._ensure_open()
+        async with self._tenants_lock:
+            found = self._tenants.get(name)
+            if found is None:
+                found = copy.copy(self)
+                found.collection = name
+                found.tenant_isolation = "shared"
+                found._owns_client = False  # the client is this store's: closing the tenant's leaves it open
+                found._open_lock, found._flush_lock, found._tenants_lock = anyio.Lock(), anyio.Lock(), anyio.Lock()
+                found._opened = found._closed = found._exists = False
+                found._unflushed = 0
+                found._tenants = {}
+                self._tenants[name] = found
+        await found._ensure_open()
+        return found
+
+    async def _refuse_unscoped_read(self) -> None:
+        """With ``tenant_isolation="collection"``, refuse an unscoped read while tenant collections exist:
+        it would search only this collection and silently miss every tenant's documents.
+
+        Raises:
+            InvalidParameterError: tenant collections of this store exist (the message names how many).
+        """
+        if self.tenant_isolation != "collection":
+            return
+        prefix = self.collection + TENANT_COLLECTION_MARK
+        tenants = [c for c in await self._call("list_collections") if c.startswith(prefix)]
+        if tenants:
+            raise InvalidParameterError(
+                f"{self.name} isolates tenants (tenant_isolation='collection'): {len(tenants)} tenant "
+                "collection(s) hold documents an unscoped read would not see; read through a scoped view "
+                "(TenantScopedStore, or a knowledge base's user_id= / agent_id= / scope=)"
+            )
 
     # ------------------------------------------------------------------ construction from a URL
 
@@ -212,7 +273,8 @@ class MilvusVectorStore:
 
         Query parameters (both forms): ``bm25=true|false`` (default **true**, so one URL serves the keyword,
         vector and hybrid modes), ``analyzer=english|standard|chinese`` (the BM25 analyzer of a new collection,
-        Milvus's built-in of that name; default ``english``, see ``analyzer_params``), ``dimension=N``,
+        Milvus's built-in of that name; default ``english``, see ``analyzer_params``),
+        ``tenant_isolation=shared|collection`` (see the constructor), ``dimension=N``,
         ``db=name`` (server only), ``timeout=seconds``. In ``fastrag.toml`` the same URL is the ``store`` value.
         Keyword arguments override the URL's settings and are passed to the constructor.
 
@@ -431,7 +493,7 @@ class MilvusVectorStore:
             await self._load_collection_state()  # another client created it meanwhile: open theirs
             return
         specs = index_specs(dimension, enable_bm25=self.enable_bm25, index_params=self._index_params)
-        if self._owns_client or not self._is_async:
+        if self._sync_index_build:
             # pymilvus's async create_index waits through AllocTimestamp, which milvus-lite does not serve;
             # the sync client can start the build without waiting, and we poll describe_index instead.
             await anyio.to_thread.run_sync(self._create_indexes_sync, specs)
@@ -640,6 +702,9 @@ class MilvusVectorStore:
         if ids is None and filter is None:
             raise InvalidParameterError("delete needs ids or a filter; use clear() to delete everything")
         expressions = self._id_filter_expressions(ids, filter)
+        if ids is None:
+            await self._ensure_open()
+            await self._refuse_unscoped_read()
         if not expressions or not await self._readable():
             return 0
         doomed: list[str] = []
@@ -702,7 +767,9 @@ class MilvusVectorStore:
         """
         expression = native_or_translated(filter) or ""
         if not await self._readable():
+            await self._refuse_unscoped_read()
             return 0
+        await self._refuse_unscoped_read()
         rows = await self._call("query", self.collection, filter=expression, output_fields=["count(*)"])
         return int(rows[0]["count(*)"]) if rows else 0
 
@@ -723,6 +790,8 @@ class MilvusVectorStore:
         if limit is not None:
             check_search_k(limit, "limit")
         expressions = self._id_filter_expressions(ids, filter)
+        await self._ensure_open()
+        await self._refuse_unscoped_read()
         if not expressions or not await self._readable():
             return []
         found: dict[str, Document] = {}
@@ -760,6 +829,8 @@ class MilvusVectorStore:
             raise DimensionMismatchError(f"query embedding must have shape (dim,), got {query.shape}")
         check_dimension(query.shape[0], self.dimension, store=self.name, what="query has")
         expression = and_expressions(f"{HAS_VECTOR_FIELD} == true", native_or_translated(filter))
+        await self._ensure_open()
+        await self._refuse_unscoped_read()
         if not await self._searchable() or not self._has_vectors:
             return []  # no collection yet, or a BM25-only one: no document has a vector
         if query.shape[0] != self.dimension:
@@ -795,6 +866,7 @@ class MilvusVectorStore:
             raise InvalidParameterError(f"query must be a string, got {type(query).__name__}")
         expression = native_or_translated(filter) or ""
         exists = await self._searchable()
+        await self._refuse_unscoped_read()
         if not self.enable_bm25:
             raise ConfigurationError(
                 f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True (in a store URL: "
@@ -889,6 +961,7 @@ class MilvusVectorStore:
             candidate_k=candidate_k,
         )  # fmt: skip
         exists = await self._searchable()
+        await self._refuse_unscoped_read()
         if not self.enable_bm25:
             raise ConfigurationError(f"{self.name}: the collection has no BM25 index; create it with enable_bm25=True")
         if not exists:
