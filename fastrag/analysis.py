@@ -68,6 +68,7 @@ from fastrag.errors import InvalidParameterError
 
 __all__ = [
     "ANALYSIS_VERSION",
+    "CJK_RANGES",
     "ENGLISH_STOPWORDS",
     "LANGUAGE_ALIASES",
     "SNOWBALL_LANGUAGES",
@@ -126,12 +127,15 @@ _APOSTROPHE_SUFFIX = regex.compile(r"(?<=\w)['\u2019][^\W_]+")
 # apostrophe.
 _POSSESSIVE = regex.compile(r"(?<=[^\W_])['\u2019]s(?![^\W_])")
 
-_CJK = (
+CJK_RANGES = (
     "\u3040-\u30ff"  # hiragana, katakana
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs, extension A, compatibility
     "\uac00-\ud7af"  # hangul syllables
     "\U00020000-\U0002fa1f"  # CJK extensions B-F, compatibility supplement
 )
+"""The ranges of the scripts written without spaces that :class:`Analyzer` cuts into character bigrams
+(Chinese, Japanese, Korean), as the body of a regular-expression character class: ``f"[{CJK_RANGES}]+"``
+matches a run of them."""
 _SPACELESS = "\u0e00-\u0e7f\u0e80-\u0eff\u1000-\u109f\u1780-\u17ff\u19e0-\u19ff\uaa60-\uaa7f\ua9e0-\ua9ff"
 """Thai, Lao, Myanmar (with extensions A and B), Khmer (with Khmer symbols): scripts written without
 spaces between words, which need a dictionary to find words (UAX #29's SA class). All in the BMP."""
@@ -140,8 +144,8 @@ spaces between words, which need a dictionary to find words (UAX #29's SA class)
 # characters (one re scan tells, about a tenth of the cost of finding the words) is each word split again
 # into CJK runs, Thai-family runs and the rest: the common path stays one findall.
 _WORD = regex.compile(r"[^\W_]+")
-_SPLIT = regex.compile(rf"([{_CJK}]+)|([{_SPACELESS}]+)|([^{_CJK}{_SPACELESS}]+)")
-_RUNS = re.compile(rf"[{_CJK}{_SPACELESS}]")
+_SPLIT = regex.compile(rf"([{CJK_RANGES}]+)|([{_SPACELESS}]+)|([^{CJK_RANGES}{_SPACELESS}]+)")
+_RUNS = re.compile(rf"[{CJK_RANGES}{_SPACELESS}]")
 _GRAPHEME = regex.compile(r"\X")  # extended grapheme clusters (UAX #29)
 _ASCII_TOKEN = re.compile(r"[a-z0-9]+")  # the same words for ASCII text (lower-cased), faster
 

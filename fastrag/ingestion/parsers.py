@@ -34,10 +34,11 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import Enum
 from html.parser import HTMLParser
 from pathlib import PurePath
+from types import MappingProxyType
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -48,6 +49,7 @@ from fastrag.ingestion.parsed import ParsedDocument, Section, kept_sections
 __all__ = [
     "BEIR_CORPUS_NAME",
     "BINARY_KINDS",
+    "FILE_SUFFIXES",
     "FileKind",
     "ParsedDocument",
     "Section",
@@ -81,7 +83,7 @@ BINARY_KINDS = frozenset({FileKind.PDF, FileKind.DOCX})
 worker process under a time and size limit."""
 
 
-_SUFFIXES = {
+FILE_SUFFIXES: Mapping[str, FileKind] = MappingProxyType({
     ".txt": FileKind.TEXT,
     ".md": FileKind.MARKDOWN,
     ".markdown": FileKind.MARKDOWN,
@@ -89,7 +91,10 @@ _SUFFIXES = {
     ".htm": FileKind.HTML,
     ".pdf": FileKind.PDF,
     ".docx": FileKind.DOCX,
-}
+})
+"""The file suffixes :func:`file_kind` reads (lower case, with the dot; a file's suffix is lower-cased
+before the look-up) and the format of each, read-only. A BEIR corpus is told by its name instead
+(:data:`BEIR_CORPUS_NAME`)."""
 
 
 def file_kind(path: str | PurePath) -> FileKind | None:
@@ -97,7 +102,7 @@ def file_kind(path: str | PurePath) -> FileKind | None:
     name = PurePath(path).name
     if name == BEIR_CORPUS_NAME:
         return FileKind.BEIR_CORPUS
-    return _SUFFIXES.get(PurePath(name).suffix.lower())
+    return FILE_SUFFIXES.get(PurePath(name).suffix.lower())
 
 
 def decode_utf8(data: bytes, *, source: str) -> str:

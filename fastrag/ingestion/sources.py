@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from fastrag.errors import IngestionError
-from fastrag.ingestion.parsers import _SUFFIXES, BEIR_CORPUS_NAME, FileKind, file_kind
+from fastrag.ingestion.parsers import BEIR_CORPUS_NAME, FILE_SUFFIXES, FileKind, file_kind
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "SkippedFile", "printable_path", "source_uri_of"]
 
 DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024
 """The default size limit of one file, in bytes (100 MiB); a larger file is skipped with the reason."""
 
-_SUPPORTED = f"{', '.join(_SUFFIXES)} and BEIR {BEIR_CORPUS_NAME}"  # what file_kind() accepts, for skip reasons
+_SUPPORTED = f"{', '.join(FILE_SUFFIXES)} and BEIR {BEIR_CORPUS_NAME}"  # what file_kind() accepts, for skip reasons
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,6 @@ back, and marked: ``answer.partial`` is ``True`` and ``answer.retrieval.failed_b
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from fastrag.llm import ChatMessage
 from fastrag.providers.http import shown as _shown
 from fastrag.models import HEADINGS, LANGUAGE, PAGE, SOURCE_URI, TITLE, Document
 from fastrag.protocols import LLM, ReturnsResult, Retriever
+from fastrag.querying._validation import check_engine_settings, check_positive_int, check_question
 from fastrag.retrieval.result import RetrievalResult, retrieve_result
 
 __all__ = [
@@ -218,8 +218,8 @@ def build_prompt(
             that is not a :class:`~fastrag.models.Document`; a ``max_context_chars`` that is not a positive
             int; a ``system_prompt`` that is not a non-empty string.
     """
-    _check_question(question)
-    _check_positive_int("max_context_chars", max_context_chars)
+    check_question(question)
+    check_positive_int("max_context_chars", max_context_chars)
     system = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
     if not isinstance(system, str) or not system.strip():
         raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {_shown(system_prompt)}")
@@ -374,35 +374,6 @@ def _citation_number(digits: str) -> int | None:
     return int(digits) if len(digits) <= _MAX_CITATION_DIGITS else None
 
 
-def _check_engine_settings(
-    retriever: Any,
-    llm: Any,
-    *,
-    k: Any,
-    max_context_chars: Any,
-    system_prompt: Any,
-    temperature: Any,
-    max_tokens: Any,
-) -> None:
-    """Check the settings :class:`QueryEngine` and :class:`~fastrag.querying.SubQuestionEngine` share
-    (``llm`` may be ``None``: the caller decides whether it needs one).
-
-    Raises:
-        InvalidParameterError: a retriever without ``retrieve``, an llm without ``chat``, a ``k`` or
-            ``max_context_chars`` that is not a positive int, a ``system_prompt`` that is not a non-empty str,
-            or bad sampling arguments.
-    """
-    if not isinstance(retriever, Retriever):
-        raise InvalidParameterError(f"retriever has no retrieve() method: {retriever!r}")
-    if llm is not None and not isinstance(llm, LLM):
-        raise InvalidParameterError(f"llm has no chat() method: {llm!r}")
-    _check_positive_int("k", k)
-    _check_positive_int("max_context_chars", max_context_chars)
-    if system_prompt is not None and (not isinstance(system_prompt, str) or not system_prompt.strip()):
-        raise InvalidParameterError(f"system_prompt must be None or a non-empty string, got {_shown(system_prompt)}")
-    _check_sampling(temperature, max_tokens)
-
-
 class QueryEngine:
     """Retrieve, then answer with an LLM from the numbered sources, citing them.
 
@@ -437,8 +408,8 @@ class QueryEngine:
     ) -> None:
         if llm is None:
             raise InvalidParameterError("llm has no chat() method: None")
-        _check_engine_settings(retriever, llm, k=k, max_context_chars=max_context_chars, system_prompt=system_prompt,
-                              temperature=temperature, max_tokens=max_tokens)
+        check_engine_settings(retriever, llm, k=k, max_context_chars=max_context_chars, system_prompt=system_prompt,
+                             temperature=temperature, max_tokens=max_tokens)
         self.retriever = retriever
         self.llm = llm
         self.k = k
@@ -466,9 +437,9 @@ class QueryEngine:
             AuthenticationError, TransientBackendError, BackendError: the LLM failed (as ``llm.chat``
                 raises them, after its own retries).
         """
-        _check_question(question)
+        check_question(question)
         if k is not None:
-            _check_positive_int("k", k)
+            check_positive_int("k", k)
         retrieval = await retrieve_with_status(self.retriever, question, k=k or self.k, filter=filter)
         return await self.answer(question, retrieval)
 
@@ -481,7 +452,7 @@ class QueryEngine:
             AuthenticationError, TransientBackendError, BackendError: the LLM failed, or returned something
                 other than a string.
         """
-        _check_question(question)
+        check_question(question)
         if not isinstance(retrieval, RetrievalResult):
             raise InvalidParameterError(f"retrieval must be a RetrievalResult, got {type(retrieval).__name__}")
         if retrieval.retrieval_failed:
@@ -550,30 +521,3 @@ async def retrieve_with_status(
             timings=result.timings,
         )
     return result
-
-
-def _check_question(question: Any) -> None:
-    if not isinstance(question, str) or not question.strip():
-        raise InvalidParameterError(f"the question must be a non-empty string, got {_shown(question)}")
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidParameterError(f"the question is not valid Unicode: {exc.reason} at position {exc.start}") from exc
-
-
-def _check_sampling(temperature: Any, max_tokens: Any) -> None:
-    """The engines' ``temperature`` (None or a number in [0, 2]) and ``max_tokens`` (None or an int >= 1)."""
-    if temperature is not None and (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, int | float)
-        or (isinstance(temperature, float) and not math.isfinite(temperature))
-        or not 0 <= temperature <= 2
-    ):
-        raise InvalidParameterError(f"temperature must be None or a number in [0, 2], got {_shown(temperature)}")
-    if max_tokens is not None:
-        _check_positive_int("max_tokens", max_tokens)
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidParameterError(f"{name} must be a positive int, got {_shown(value)}")

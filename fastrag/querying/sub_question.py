@@ -54,17 +54,9 @@ from fastrag.filters import FilterLike
 from fastrag.llm import ChatMessage
 from fastrag.models import Document
 from fastrag.protocols import LLM, Retriever
-from fastrag.querying.engine import (
-    DEFAULT_MAX_CONTEXT_CHARS,
-    SUB_QUESTIONS,
-    Answer,
-    QueryEngine,
-    _check_engine_settings,
-    _check_positive_int,
-    _check_question,
-    _shown,
-    retrieve_with_status,
-)
+from fastrag.providers.http import shown
+from fastrag.querying._validation import check_engine_settings, check_positive_int, check_question
+from fastrag.querying.engine import DEFAULT_MAX_CONTEXT_CHARS, SUB_QUESTIONS, Answer, QueryEngine, retrieve_with_status
 from fastrag.retrieval._validation import check_query
 from fastrag.retrieval.fusion import ReciprocalRankFusion
 from fastrag.retrieval.limits import DEFAULT_LIMITS, RetrievalLimits
@@ -164,8 +156,8 @@ def split_question(question: str, *, max_sub_questions: int = 5) -> tuple[str, .
         >>> split_question("What is BM25?")
         ('What is BM25?',)
     """
-    _check_question(question)
-    _check_positive_int("max_sub_questions", max_sub_questions)
+    check_question(question)
+    check_positive_int("max_sub_questions", max_sub_questions)
     text = " ".join(question.split())
     core = text.rstrip(" ?.!")
     for rule in (_split_differ, _split_difference, _split_compare, _split_versus, _split_conjunction):
@@ -409,11 +401,11 @@ class SubQuestionEngine:
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> None:
-        _check_engine_settings(retriever, llm, k=k, max_context_chars=max_context_chars, system_prompt=system_prompt,
-                              temperature=temperature, max_tokens=max_tokens)
-        _check_positive_int("max_sub_questions", max_sub_questions)
+        check_engine_settings(retriever, llm, k=k, max_context_chars=max_context_chars, system_prompt=system_prompt,
+                             temperature=temperature, max_tokens=max_tokens)
+        check_positive_int("max_sub_questions", max_sub_questions)
         if fallback not in ("error", "deterministic"):
-            raise InvalidParameterError(f"fallback must be 'error' or 'deterministic', got {_shown(fallback)}")
+            raise InvalidParameterError(f"fallback must be 'error' or 'deterministic', got {shown(fallback)}")
         self.retriever = retriever
         self.llm = llm
         self.k = k
@@ -435,7 +427,7 @@ class SubQuestionEngine:
                 LLM's own errors, such as :class:`~fastrag.errors.AuthenticationError`, as it raises
                 them).
         """
-        _check_question(question)
+        check_question(question)
         if self.llm is None:
             return split_question(question, max_sub_questions=self.max_sub_questions), "deterministic", None
         try:

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 
-from fastrag.analysis import _CJK, Analyzer, language_code, primary_language
+from fastrag.analysis import CJK_RANGES, Analyzer, language_code, primary_language
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters
 from fastrag.language import ISO_639_1
@@ -48,7 +48,7 @@ __all__ = [
 _LOCALE = re.compile(r"^([A-Za-z]{2})(?:[-_][A-Za-z0-9]{2,8})*$")
 # A word, for telling language-neutral words apart: a run of CJK characters (which have no spaces between
 # words), or a run of other letters and digits (the tokens of fastrag.analysis, before stemming).
-_WORD = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+_WORD = re.compile(rf"[{CJK_RANGES}]+|[^\W_{CJK_RANGES}]+")
 # Surface terms, for finding the question's words in a translation: lower-cased words, CJK character bigrams
 # (and, in documents, single characters), no stemming, no stopword removal: function words ("wer ist der",
 # "what was the") are the evidence.

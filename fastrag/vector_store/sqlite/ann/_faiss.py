@@ -1,5 +1,9 @@
 """What both ANN indexes share: faiss imported on first use, a readers-writer lock, key checks, exact top-k
-and atomic, stamped saves (:mod:`fastrag.vector_store.sqlite.ann.files`)."""
+and atomic, stamped saves (:mod:`fastrag.vector_store.sqlite.ann.files`).
+
+The module is private to :mod:`fastrag.vector_store.sqlite.ann` (its name starts with ``_``); its names are
+public so that :mod:`~fastrag.vector_store.sqlite.ann.hnsw` and :mod:`~fastrag.vector_store.sqlite.ann.pq`
+import them as shared helpers rather than as another module's private names."""
 
 from __future__ import annotations
 
@@ -15,10 +19,11 @@ from fastrag.errors import ConfigurationError, InvalidParameterError
 from fastrag.vector_store.sqlite.ann import files
 
 _INSTALL_HINT = 'the SQLite store\'s ANN index needs faiss: pip install "fastrag-retrieval[ann]"'
-_WHAT = "ANN index"
+INDEX_NAME = "ANN index"
+"""How the checks of :mod:`fastrag.vector_store._validation` name an ANN index in their errors."""
 
 
-def _faiss() -> Any:
+def import_faiss() -> Any:
     """The ``faiss`` module, imported on first use.
 
     Raises:
@@ -31,7 +36,7 @@ def _faiss() -> Any:
     return faiss
 
 
-class _ReadWriteLock:
+class ReadWriteLock:
     """Many readers or one writer; a waiting writer holds back new readers, so it cannot starve."""
 
     def __init__(self) -> None:
@@ -42,6 +47,7 @@ class _ReadWriteLock:
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:
+        """Hold the read side for the ``with`` block (blocks while a writer holds or waits for the lock)."""
         with self._cond:
             while self._writing or self._writers_waiting:
                 self._cond.wait()
@@ -56,6 +62,7 @@ class _ReadWriteLock:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
+        """Hold the write side for the ``with`` block (blocks until no reader or writer holds the lock)."""
         with self._cond:
             self._writers_waiting += 1
             try:
@@ -72,7 +79,7 @@ class _ReadWriteLock:
                 self._cond.notify_all()
 
 
-def _best(keys: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def best_k(keys: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best of ``keys`` by ``scores``, best first: int64 keys and float32 scores."""
     if len(keys) > k:
         top = np.argpartition(-scores, k - 1)[:k]
@@ -81,7 +88,7 @@ def _best(keys: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.
     return keys[order].astype(np.int64), scores[order].astype(np.float32)
 
 
-def _removal_keys(keys: Any) -> np.ndarray:
+def removal_keys(keys: Any) -> np.ndarray:
     """``keys`` to remove as int64 (any integers; those not in an index are ignored by the caller).
 
     Raises:
@@ -93,7 +100,7 @@ def _removal_keys(keys: Any) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def _check_keys(keys: Any) -> np.ndarray:
+def check_keys(keys: Any) -> np.ndarray:
     """``keys`` as a 1-D int64 array of distinct non-negative values.
 
     Raises:
@@ -113,7 +120,7 @@ def _check_keys(keys: Any) -> np.ndarray:
     return arr
 
 
-def _save_atomically(index: Any, lock: _ReadWriteLock, path: str | os.PathLike[str], stamp: str | None) -> None:
+def save_index_atomically(index: Any, lock: ReadWriteLock, path: str | os.PathLike[str], stamp: str | None) -> None:
     """Write a faiss ``index`` and its ``stamp`` to ``path`` atomically
     (:func:`fastrag.vector_store.sqlite.ann.files.save_atomically`), holding the read side of ``lock`` while
     faiss writes.
@@ -121,7 +128,7 @@ def _save_atomically(index: Any, lock: _ReadWriteLock, path: str | os.PathLike[s
     Raises:
         BackendUnavailableError: the file cannot be written.
     """
-    faiss = _faiss()
+    faiss = import_faiss()
 
     def write(tmp: str) -> None:
         with lock.reading():
@@ -139,7 +146,7 @@ def read_index(path: str | os.PathLike[str], *, mmap: bool) -> tuple[Any, str | 
     Raises:
         OSError, RuntimeError: the file cannot be read or is not a faiss index (the caller wraps them).
     """
-    faiss = _faiss()
+    faiss = import_faiss()
     for _ in range(3):
         source = open(path, "rb")  # noqa: SIM115 (returned open when mmap)
         try:

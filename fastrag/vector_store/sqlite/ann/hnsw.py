@@ -70,14 +70,14 @@ import numpy as np
 from fastrag.errors import BackendUnavailableError, InvalidParameterError
 from fastrag.vector_store._validation import check_embeddings, check_k, check_query_vector
 from fastrag.vector_store.sqlite.ann._faiss import (
-    _WHAT,
-    _best,
-    _check_keys,
-    _faiss,
+    INDEX_NAME,
+    ReadWriteLock,
+    best_k,
+    check_keys,
+    import_faiss,
     read_index,
-    _ReadWriteLock,
-    _removal_keys,
-    _save_atomically,
+    removal_keys,
+    save_index_atomically,
 )
 
 DEFAULT_M = 32
@@ -111,13 +111,13 @@ class HNSWIndex:
     """
 
     def __init__(self, index: Any, *, exact_rows_per_candidate: float, source: IO[bytes] | None = None) -> None:
-        faiss = _faiss()
+        faiss = import_faiss()
         self._index = index  # IndexIDMap(IndexHNSWFlat), inner product
         self._hnsw = faiss.downcast_index(index.index)
         self.dimension = int(index.d)
         self._exact_rows_per_candidate = float(exact_rows_per_candidate)
         self._source = source  # the open file a memory-mapped index views; None when it owns its memory
-        self._lock = _ReadWriteLock()
+        self._lock = ReadWriteLock()
         self.stamp: str | None = None  # what load read from the file (see save)
         self._reindex()
 
@@ -162,9 +162,9 @@ class HNSWIndex:
             DimensionMismatchError: ``matrix`` is not ``(len(keys), dim)`` with ``dim > 0``.
             InvalidParameterError: a NaN or infinite value; bad keys; a parameter out of range.
         """
-        faiss = _faiss()
-        ids = _check_keys(keys)
-        rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=None, store=_WHAT))
+        faiss = import_faiss()
+        ids = check_keys(keys)
+        rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=None, store=INDEX_NAME))
         if isinstance(m, bool) or not isinstance(m, int) or m < 2:
             raise InvalidParameterError(f"m must be an int >= 2, got {m!r}")
         check_k(ef_construction, "ef_construction")
@@ -200,7 +200,7 @@ class HNSWIndex:
             BackendUnavailableError: the file is missing, unreadable, or not an index :meth:`save` wrote.
             InvalidParameterError: ``exact_rows_per_candidate`` is negative or not a number.
         """
-        faiss = _faiss()
+        faiss = import_faiss()
         _check_ratio(exact_rows_per_candidate)
         try:
             index, stamp, source = read_index(path, mmap=mmap)
@@ -235,7 +235,7 @@ class HNSWIndex:
             BackendUnavailableError: the file cannot be written (the folder is missing, read-only, full);
                 ``path`` is then unchanged and no temporary file is left.
         """
-        _save_atomically(self._index, self._lock, path, stamp)
+        save_index_atomically(self._index, self._lock, path, stamp)
 
     # --------------------------------------------------------------------------------------- changes
 
@@ -256,8 +256,8 @@ class HNSWIndex:
             DimensionMismatchError: ``matrix`` is not ``(len(keys), dimension)``.
             InvalidParameterError: a NaN or infinite value, or bad keys.
         """
-        ids = _check_keys(keys)
-        rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=self.dimension, store=_WHAT))
+        ids = check_keys(keys)
+        rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=self.dimension, store=INDEX_NAME))
         if not len(rows):
             return
         with self._lock.writing():
@@ -282,7 +282,7 @@ class HNSWIndex:
         Raises:
             InvalidParameterError: ``keys`` is not a 1-D integer array.
         """
-        arr = _removal_keys(keys)
+        arr = removal_keys(keys)
         with self._lock.writing():
             before = self._n_live
             if len(arr):
@@ -295,7 +295,7 @@ class HNSWIndex:
         """Read a memory-mapped index into memory (faiss aborts the process on a change to a mapped one)."""
         if self._source is None:
             return
-        faiss = _faiss()
+        faiss = import_faiss()
         self._source.seek(0)
         index = faiss.read_index(faiss.PyCallbackIOReader(self._source.read))
         self._source.close()
@@ -304,7 +304,7 @@ class HNSWIndex:
 
     def _tombstone(self, keys: np.ndarray) -> None:
         """Point the positions of ``keys`` at key -1, which no selector admits (writer, under the lock)."""
-        faiss = _faiss()
+        faiss = import_faiss()
         keys = keys[(keys >= 0) & (keys < len(self._position))]
         positions = self._position[keys]
         positions = positions[positions >= 0]
@@ -314,7 +314,7 @@ class HNSWIndex:
 
     def _reindex(self) -> None:
         """Recompute the key -> position table and the live-key bitmap from the faiss id map."""
-        faiss = _faiss()
+        faiss = import_faiss()
         id_map = faiss.vector_to_array(self._index.id_map).astype(np.int64, copy=False)
         live = np.flatnonzero(id_map >= 0)
         keys = id_map[live]
@@ -368,11 +368,11 @@ class HNSWIndex:
                 infinity or only zeros; ``allowed`` is not a 1-D bool array.
         """
         del vectors  # see the docstring
-        faiss = _faiss()
+        faiss = import_faiss()
         check_k(k)
         if ef_search is not None:
             check_k(ef_search, "ef_search")
-        q = check_query_vector(query, dimension=self.dimension, store=_WHAT)
+        q = check_query_vector(query, dimension=self.dimension, store=INDEX_NAME)
         q = np.ascontiguousarray(q / np.float32(np.linalg.norm(q)), dtype=np.float32)
         if allowed is not None:
             allowed = np.asarray(allowed)
@@ -410,14 +410,14 @@ class HNSWIndex:
     def _exact(self, q: np.ndarray, k: int, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k over the keys ``mask`` (by key; ``None``: all live keys) admits, from the vectors the
         index stores (a reader, under the lock)."""
-        faiss = _faiss()
+        faiss = import_faiss()
         keys = np.flatnonzero(self._covered if mask is None else mask)
         if not len(keys):
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         storage = faiss.downcast_index(self._hnsw.storage)
         vectors = faiss.rev_swig_ptr(storage.get_xb(), self._n_stored * self.dimension)
         scores = vectors.reshape(self._n_stored, self.dimension)[self._position[keys]] @ q
-        return _best(keys, scores, k)
+        return best_k(keys, scores, k)
 
     # ------------------------------------------------------------------------------------ inspection
 

@@ -13,14 +13,14 @@ import numpy as np
 from fastrag.errors import BackendUnavailableError, InvalidParameterError
 from fastrag.vector_store._validation import check_embeddings, check_k, check_query_vector
 from fastrag.vector_store.sqlite.ann._faiss import (
-    _WHAT,
-    _best,
-    _check_keys,
-    _faiss,
+    INDEX_NAME,
+    ReadWriteLock,
+    best_k,
+    check_keys,
+    import_faiss,
     read_index,
-    _ReadWriteLock,
-    _removal_keys,
-    _save_atomically,
+    removal_keys,
+    save_index_atomically,
 )
 
 DEFAULT_CANDIDATE_K = 256
@@ -86,13 +86,13 @@ class PQFastScanIndex:
     """
 
     def __init__(self, index: Any, *, candidate_k: int, exact_share: float, trained_rows: int) -> None:
-        faiss = _faiss()
+        faiss = import_faiss()
         self._index = index  # IndexIDMap(IndexPQFastScan), inner product
         self._pq = faiss.downcast_index(index.index)
         self.dimension = int(index.d)
         self._candidate_k = candidate_k
         self._exact_share = float(exact_share)
-        self._lock = _ReadWriteLock()
+        self._lock = ReadWriteLock()
         self.stamp: str | None = None  # what load read from the file (see save)
         self._dead = np.zeros(0, dtype=bool)  # by key: tombstoned (still coded, never returned)
         self._reindex()
@@ -141,9 +141,9 @@ class PQFastScanIndex:
             DimensionMismatchError: ``matrix`` is not ``(len(keys), dim)`` with ``dim > 0``.
             InvalidParameterError: a NaN or infinite value; bad keys; a parameter out of range.
         """
-        faiss = _faiss()
-        ids = _check_keys(keys)
-        rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=None, store=_WHAT))
+        faiss = import_faiss()
+        ids = check_keys(keys)
+        rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=None, store=INDEX_NAME))
         dim = rows.shape[1]
         if sub_quantizers is None:
             sub_quantizers = dim // 2 if dim % 2 == 0 else dim
@@ -190,7 +190,7 @@ class PQFastScanIndex:
             InvalidParameterError: ``candidate_k`` or ``exact_share`` is out of range.
         """
         del mmap  # see the docstring: nothing to map
-        faiss = _faiss()
+        faiss = import_faiss()
         check_k(candidate_k, "candidate_k")
         _check_share(exact_share)
         try:
@@ -218,7 +218,7 @@ class PQFastScanIndex:
             BackendUnavailableError: the file cannot be written (the folder is missing, read-only, full);
                 ``path`` is then unchanged and no temporary file is left.
         """
-        _save_atomically(self._index, self._lock, path, stamp)
+        save_index_atomically(self._index, self._lock, path, stamp)
 
     # --------------------------------------------------------------------------------------- changes
 
@@ -238,8 +238,8 @@ class PQFastScanIndex:
             DimensionMismatchError: ``matrix`` is not ``(len(keys), dimension)``.
             InvalidParameterError: a NaN or infinite value, bad keys, or a key already stored.
         """
-        ids = _check_keys(keys)
-        rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=self.dimension, store=_WHAT))
+        ids = check_keys(keys)
+        rows = np.ascontiguousarray(check_embeddings(matrix, len(ids), dimension=self.dimension, store=INDEX_NAME))
         if not len(rows):
             return
         with self._lock.writing():
@@ -270,7 +270,7 @@ class PQFastScanIndex:
         Raises:
             InvalidParameterError: ``keys`` is not a 1-D integer array.
         """
-        arr = _removal_keys(keys)
+        arr = removal_keys(keys)
         with self._lock.writing():
             arr = arr[(arr >= 0) & (arr < len(self._covered))]
             arr = np.unique(arr[self._covered[arr]])
@@ -287,13 +287,13 @@ class PQFastScanIndex:
 
     def _stored(self, keys: np.ndarray) -> np.ndarray:
         """The keys among ``keys`` whose codes are stored (live or tombstoned)."""
-        faiss = _faiss()
+        faiss = import_faiss()
         stored = faiss.vector_to_array(self._index.id_map).astype(np.int64, copy=False)
         return np.unique(keys[np.isin(keys, stored)])
 
     def _reindex(self) -> None:
         """Recompute the live-key bitmap from the faiss id map and the tombstones."""
-        faiss = _faiss()
+        faiss = import_faiss()
         id_map = faiss.vector_to_array(self._index.id_map).astype(np.int64, copy=False)
         covered = np.zeros(int(id_map.max()) + 1 if len(id_map) else 0, dtype=bool)
         covered[id_map] = True
@@ -348,7 +348,7 @@ class PQFastScanIndex:
             check_k(candidate_k, "candidate_k")
         if vectors is None or not callable(vectors):
             raise InvalidParameterError("PQFastScanIndex.search needs vectors=, a function from keys to their vectors")
-        q = check_query_vector(query, dimension=self.dimension, store=_WHAT)
+        q = check_query_vector(query, dimension=self.dimension, store=INDEX_NAME)
         q = np.ascontiguousarray(q / np.float32(np.linalg.norm(q)), dtype=np.float32)
         if allowed is not None:
             allowed = np.asarray(allowed)
@@ -387,7 +387,7 @@ class PQFastScanIndex:
                 f"vectors returned shape {rows.shape} for {len(keys)} keys, expected {(len(keys), self.dimension)}"
             )
         scores = rows @ q
-        return _best(keys, scores, k)
+        return best_k(keys, scores, k)
 
     # ------------------------------------------------------------------------------------ inspection
 
