@@ -54,12 +54,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType, TracebackType
-from typing import Any, Literal, Self
+from types import MappingProxyType
+from typing import Any, Literal
 
 import httpx
 
 from fastrag.errors import BackendError, BackendUnavailableError, InvalidParameterError
+from fastrag.lifecycle import AsyncResource
 from fastrag.providers.http import is_number, shown
 from fastrag.providers.openai import API_KEY_ENV, OpenAICompatibleClient
 from fastrag.retry import RetryPolicy
@@ -143,7 +144,7 @@ class ChatCompletion:
         object.__setattr__(self, "usage", MappingProxyType(dict(self.usage)))
 
 
-class OpenAICompatibleLLM:
+class OpenAICompatibleLLM(AsyncResource):
     """A client for an OpenAI-compatible ``POST /chat/completions`` endpoint; an :class:`~fastrag.protocols.LLM`.
 
     Args:
@@ -202,11 +203,11 @@ class OpenAICompatibleLLM:
             raise InvalidParameterError(f"model is not valid Unicode: {exc.reason} at position {exc.start}") from exc
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidParameterError(f"retry must be a RetryPolicy, got {shown(retry)}")
-        self._client = OpenAICompatibleClient(
+        self._client = self._own(OpenAICompatibleClient(
             base_url=base_url, path="/chat/completions", example="http://localhost:8000/v1", api_key=api_key,
             headers=headers, timeout=timeout, http_client=http_client, max_response_bytes=max_response_bytes,
             what="chat completion request", stage="chat",
-        )  # fmt: skip
+        ))  # fmt: skip
         self.base_url = self._client.base_url
         self.model = model
         self.timeout = self._client.timeout
@@ -289,18 +290,6 @@ class OpenAICompatibleLLM:
     async def _request(self, body: dict[str, Any]) -> ChatCompletion:
         """One attempt, bounded by ``timeout`` as a whole; the parsed first choice."""
         return _parse_completion(await self._client.post_json(body), self._client)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this object created it (an injected one stays open). Idempotent."""
-        await self._client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleLLM(base_url={self.base_url!r}, model={self.model!r})"

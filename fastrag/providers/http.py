@@ -40,6 +40,7 @@ from fastrag.errors import (
     RetrievalTimeoutError,
     TransientBackendError,
 )
+from fastrag.lifecycle import AsyncResource
 from fastrag.retry import retry_after_seconds
 
 __all__ = [
@@ -141,9 +142,10 @@ HTTPX_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError)
 """Every exception ``httpx`` raises while sending or reading, for an ``except`` around a request."""
 
 
-class HeldHTTPClient:
+class HeldHTTPClient(AsyncResource):
     """The ``httpx.AsyncClient`` a provider client sends with: an injected one stays the caller's (never closed
-    here); without one, its own, closed by :meth:`aclose`. The base of both provider clients.
+    here); without one, its own, closed by :meth:`aclose` (:class:`~fastrag.lifecycle.AsyncResource`). The
+    base of both provider clients.
 
     Args:
         http_client: the injected client, or ``None``.
@@ -155,9 +157,7 @@ class HeldHTTPClient:
 
     def __init__(self, http_client: httpx.AsyncClient | None, *, timeout: float, name: str = "http_client") -> None:
         self.check_http_client(http_client, name)
-        self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.AsyncClient(timeout=timeout)
-        self._closed = False
+        self._http = http_client if http_client is not None else self._own(httpx.AsyncClient(timeout=timeout))
 
     @staticmethod
     def check_http_client(http_client: Any, name: str = "http_client") -> None:
@@ -173,19 +173,6 @@ class HeldHTTPClient:
     def http(self) -> httpx.AsyncClient:
         """The ``httpx.AsyncClient`` requests go through (the injected one, or the client's own)."""
         return self._http
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`aclose` has run."""
-        return self._closed
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this object created it (an injected one stays open). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_http:
-            await self._http.aclose()
 
 
 def check_timeout(timeout: Any) -> float:

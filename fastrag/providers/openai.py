@@ -171,7 +171,7 @@ class OpenAICompatibleClient(HeldHTTPClient):
                 TransientBackendError where they apply); a body longer than ``max_response_bytes``, or one
                 that is not JSON (or nests too deeply to parse).
         """
-        if self._closed:
+        if self.closed:
             raise BackendUnavailableError("the client is closed", store=self.where)
         try:
             with anyio.fail_after(self.timeout):

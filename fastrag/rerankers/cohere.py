@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 import httpx
 
 from fastrag.errors import BackendError, BackendUnavailableError, InvalidParameterError
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.providers.cohere import API_KEY_ENV, CohereClient
 from fastrag.providers.cohere import BASE_URL_ENV as BASE_URL_ENV  # defined here before providers/; still importable
@@ -52,7 +52,7 @@ COHERE_MAX_DOCUMENTS = 1_000
 """Cohere's limit on documents per rerank request (API reference, ``POST /v2/rerank``)."""
 
 
-class CohereReranker:
+class CohereReranker(AsyncResource):
     """Reranks candidates with a Cohere rerank model.
 
     Args:
@@ -108,10 +108,10 @@ class CohereReranker:
                 raise InvalidParameterError(f"{label} must be a positive int, got {value!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidParameterError(f"retry must be a RetryPolicy, got {retry!r}")
-        self._client = CohereClient(
+        self._client = self._own(CohereClient(
             endpoint="/v2/rerank", owner="CohereReranker", api_key=api_key, base_url=base_url,
             httpx_client=httpx_client, timeout=timeout, what="rerank request", stage="rerank",
-        )  # fmt: skip
+        ))  # fmt: skip
         self.model = model
         self.base_url = self._client.base_url
         self.timeout = self._client.timeout
@@ -121,7 +121,6 @@ class CohereReranker:
         self.retry = retry or RetryPolicy()
         self.include_title = include_title
         self._http = self._client.http
-        self._closed = False
         self._where = self._client.where
 
     async def rerank(self, query: str, documents: Sequence[Document], *, k: int | None = None) -> list[Document]:
@@ -145,7 +144,7 @@ class CohereReranker:
         docs = check_rerank_args(query, documents, k)
         if not docs:
             return []
-        if self._closed:
+        if self.closed:
             raise BackendUnavailableError("the reranker is closed", store=self._where)
         texts = [text_of(d, include_title=self.include_title) for d in docs]
         size = self.max_documents_per_request
@@ -186,21 +185,6 @@ class CohereReranker:
             kwargs["max_tokens_per_doc"] = self.max_tokens_per_doc
         response = await self._client.call("rerank", model=self.model, query=query, documents=texts, **kwargs)
         return _checked_results(response, len(texts), top_n, self._where)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if the reranker created it (an injected one stays open). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        await self._client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         where = f", base_url={self.base_url!r}" if self.base_url else ""

@@ -17,14 +17,14 @@ import importlib.util
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 import anyio.to_thread
 import numpy as np
 
 from fastrag.errors import ConfigurationError, InvalidParameterError, RerankerError
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.rerankers._ranking import check_rerank_args, ranked_by_scores, text_of
 
@@ -33,7 +33,7 @@ __all__ = ["CrossEncoderReranker"]
 INSTALL_HINT = 'pip install "fastrag-retrieval[cross-encoder]"'
 
 
-class CrossEncoderReranker:
+class CrossEncoderReranker(AsyncResource):
     """Reranks candidates with a sentence-transformers ``CrossEncoder`` from a local model folder.
 
     The model loads on first use or when entering ``async with`` (once, in a worker thread); scoring runs
@@ -89,7 +89,6 @@ class CrossEncoderReranker:
         self.device = device
         self.include_title = include_title
         self._model: Any = None
-        self._closed = False
         self._async_lock = anyio.Lock()
         self._thread_lock = threading.Lock()
 
@@ -108,7 +107,7 @@ class CrossEncoderReranker:
 
     def _load_sync(self) -> None:
         with self._thread_lock:
-            if self._closed:
+            if self.closed:
                 raise RerankerError(f"{self!r} is closed")
             if self._model is not None:
                 return
@@ -143,7 +142,7 @@ class CrossEncoderReranker:
         docs = check_rerank_args(query, documents, k)
         if not docs:
             return []
-        if self._closed:
+        if self.closed:
             raise RerankerError(f"{self!r} is closed")
         await self.load()
         pairs = [(query, text_of(d, include_title=self.include_title)) for d in docs]
@@ -152,7 +151,7 @@ class CrossEncoderReranker:
 
     def _predict(self, pairs: list[tuple[str, str]]) -> list[float]:
         model = self._model
-        if model is None or self._closed:
+        if model is None or self.closed:
             raise RerankerError(f"{self!r} is closed")
         try:
             raw = model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True)
@@ -168,19 +167,14 @@ class CrossEncoderReranker:
             )
         return scores.tolist()
 
-    async def aclose(self) -> None:
-        """Release the model. Idempotent; the reranker cannot be used afterwards."""
-        self._closed = True
-        self._model = None
+    _close_if_enter_fails = False  # a model that failed to load holds nothing; load() may be tried again
 
-    async def __aenter__(self) -> Self:
+    async def _aopen(self) -> None:
         await self.load()
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+    async def _aclose(self) -> None:
+        """Release the model; the reranker cannot be used afterwards."""
+        self._model = None
 
     def __repr__(self) -> str:
         return f"CrossEncoderReranker({str(self.model_path)!r})"

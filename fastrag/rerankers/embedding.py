@@ -7,12 +7,11 @@ already indexes with (the shipped Model2Vec model), or with a stronger one used 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Self
 
 import numpy as np
 
 from fastrag.errors import EmbeddingError, InvalidParameterError
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.protocols import Embedder, EmbedsText
 from fastrag.rerankers._ranking import check_rerank_args, ranked_by_scores, text_of
@@ -20,7 +19,7 @@ from fastrag.rerankers._ranking import check_rerank_args, ranked_by_scores, text
 __all__ = ["EmbedderReranker"]
 
 
-class EmbedderReranker:
+class EmbedderReranker(AsyncResource):
     """Reranks candidates by the cosine similarity of their embedding to the question's.
 
     The question goes through ``embedder.embed_query``, the candidates (``"title\\ncontent"`` when they
@@ -77,17 +76,6 @@ class EmbedderReranker:
         dots = m @ q
         scores = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
         return ranked_by_scores(docs, np.clip(scores, -1.0, 1.0).tolist(), k)
-
-    async def aclose(self) -> None:
-        """Nothing to release (the embedder is the caller's); idempotent."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"EmbedderReranker({self.embedder!r})"

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 
 import anyio
 import numpy as np
@@ -21,6 +20,7 @@ from fastrag.errors import (
     InvalidParameterError,
 )
 from fastrag.ingestion.steps.embedding import l2_normalize
+from fastrag.lifecycle import AsyncResource
 from fastrag.retry import RetryPolicy
 
 Kind = Literal["document", "query"]
@@ -86,9 +86,11 @@ def first_error(group: BaseExceptionGroup) -> BaseException:
     return leaves[0]
 
 
-class RemoteEmbedder:
+class RemoteEmbedder(AsyncResource):
     """Base of the HTTP embedders: subclasses set ``self._where`` (the endpoint, for messages), the
-    attributes below through :meth:`_setup`, and implement :meth:`_request` and ``name``."""
+    attributes below through :meth:`_setup`, record the provider client they create with ``_own`` (so
+    :meth:`aclose` closes it, and it closes its HTTP client only when it created that too), and implement
+    :meth:`_request` and ``name``."""
 
     _where: str
     _label: str
@@ -122,7 +124,6 @@ class RemoteEmbedder:
         self.retry = retry or RetryPolicy()
         self._dimension: int | None = dimensions
         self._limiter = anyio.CapacityLimiter(max_concurrency)
-        self._closed = False
 
     # ----------------------------------------------------------------------------------- the protocol
 
@@ -188,26 +189,6 @@ class RemoteEmbedder:
             raise InvalidParameterError(f"text must be a string, got {type(text).__name__}")
         return (await self._embed([text], "query"))[0]
 
-    # ------------------------------------------------------------------------------------- lifecycle
-
-    async def _close(self) -> None:  # pragma: no cover - subclasses close their clients
-        return None
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this embedder created it (an injected one stays open). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        await self._close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
     # -------------------------------------------------------------------------------------- internals
 
     async def _request(self, texts: list[str], kind: Kind) -> list[list[float]]:  # pragma: no cover
@@ -215,7 +196,7 @@ class RemoteEmbedder:
         raise NotImplementedError
 
     async def _embed(self, texts: list[str], kind: Kind) -> np.ndarray:
-        if self._closed:
+        if self.closed:
             raise BackendUnavailableError(f"the {self._label} is closed", store=self._where)
         if self.max_text_characters is not None:
             texts = [t[: self.max_text_characters] for t in texts]

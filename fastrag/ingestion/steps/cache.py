@@ -25,8 +25,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -34,6 +33,7 @@ import numpy as np
 
 from fastrag.errors import BackendError, BackendUnavailableError, InvalidParameterError
 from fastrag.ingestion.steps._remote import check_texts
+from fastrag.lifecycle import AsyncResource
 from fastrag.protocols import DeclaresLanguages
 
 __all__ = ["CachedEmbedder", "EmbeddingCache", "fingerprint_of"]
@@ -61,7 +61,7 @@ def _digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
-class EmbeddingCache:
+class EmbeddingCache(AsyncResource):
     """A SQLite file of vectors keyed by (embedder fingerprint, kind, SHA-256 of the text).
 
     Args:
@@ -78,7 +78,6 @@ class EmbeddingCache:
         self.path = str(path)
         self._db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
-        self._closed = False
 
     async def open(self) -> None:
         """Open (and create) the file; idempotent. Entering ``async with`` opens it too.
@@ -91,7 +90,7 @@ class EmbeddingCache:
 
     def _open_sync(self) -> None:
         with self._lock:
-            if self._closed:
+            if self.closed:
                 raise BackendUnavailableError("the embedding cache is closed", store=self.path)
             if self._db is not None:
                 return
@@ -107,22 +106,17 @@ class EmbeddingCache:
                 raise BackendUnavailableError(f"cannot open the embedding cache: {exc}", store=self.path) from exc
             self._db = db
 
-    async def aclose(self) -> None:
-        """Close the file. Idempotent."""
+    _close_if_enter_fails = False  # a file that failed to open holds nothing; open() may be tried again
+
+    async def _aopen(self) -> None:
+        await self.open()
+
+    async def _aclose(self) -> None:
+        """Close the file."""
         with self._lock:
-            self._closed = True
             if self._db is not None:
                 self._db.close()
                 self._db = None
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def get(self, model: str, kind: str, texts: Sequence[str]) -> list[np.ndarray | None]:
         """The cached ``(dim,)`` float32 vector of each text, or ``None`` where there is none.
@@ -200,7 +194,7 @@ class EmbeddingCache:
         return f"EmbeddingCache({self.path!r})"
 
 
-class CachedEmbedder:
+class CachedEmbedder(AsyncResource):
     """An :class:`~fastrag.protocols.Embedder` that answers from an :class:`EmbeddingCache` and asks the
     wrapped embedder only for texts it has not seen (each distinct text once per call).
 
@@ -287,15 +281,6 @@ class CachedEmbedder:
         if len(widths) != 1:
             raise BackendError(f"the cache holds vectors of widths {sorted(widths)} for {model!r}", store=self.cache.path)
         return np.stack(rows).astype(np.float32, copy=False)
-
-    async def aclose(self) -> None:
-        """Nothing to release: the embedder and the cache stay the caller's."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"CachedEmbedder({self.embedder!r}, {self.cache!r})"

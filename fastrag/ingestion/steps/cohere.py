@@ -96,10 +96,10 @@ class CohereEmbedder(RemoteEmbedder):
             count_tokens=count_tokens, max_concurrency=max_concurrency, retry=retry,
             max_text_characters=max_text_characters,
         )  # fmt: skip
-        self._client = CohereClient(
+        self._client = self._own(CohereClient(
             endpoint="/v2/embed", owner="CohereEmbedder", api_key=api_key, base_url=base_url,
             httpx_client=httpx_client, timeout=timeout, what="embedding request", stage="embed",
-        )  # fmt: skip
+        ))  # fmt: skip
         self.model = model
         self.base_url = self._client.base_url
         self.truncate = truncate
@@ -127,9 +127,6 @@ class CohereEmbedder(RemoteEmbedder):
         options = {"dimensions": self.dimensions, "truncate": self.truncate, "max_text_characters": self.max_text_characters}
         digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
         return f"{self.name}#{digest}"
-
-    async def _close(self) -> None:
-        await self._client.aclose()
 
     def __repr__(self) -> str:
         where = f", base_url={self.base_url!r}" if self.base_url else ""

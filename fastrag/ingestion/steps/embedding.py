@@ -26,8 +26,7 @@ import re
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
@@ -35,6 +34,7 @@ import numpy as np
 
 from fastrag.embedding_languages import declared_languages
 from fastrag.errors import ConfigurationError, EmbeddingError, InvalidParameterError
+from fastrag.lifecycle import AsyncResource
 
 __all__ = ["DEFAULT_MODEL", "Model2VecEmbedder", "l2_normalize"]
 
@@ -67,7 +67,7 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return out
 
 
-class Model2VecEmbedder:
+class Model2VecEmbedder(AsyncResource):
     """A local Model2Vec static embedding model.
 
     The model loads on first use (in a worker thread, once, even under concurrent calls) or when entering
@@ -140,7 +140,6 @@ class Model2VecEmbedder:
             raise InvalidParameterError(f"model must be a folder path or a hub id, got {model!r}")
         self._model: _StaticEncoder | None = None
         self._dimension: int | None = None
-        self._closed = False
         self._async_lock = anyio.Lock()
         self._thread_lock = threading.Lock()
         self._languages = declared_languages(self.name, languages, embedder="Model2VecEmbedder")
@@ -191,25 +190,20 @@ class Model2VecEmbedder:
             ConfigurationError: the model needs ``model2vec`` and it cannot be imported, or ``safetensors``
                 or ``tokenizers`` cannot be.
         """
-        if self._model is not None and not self._closed:
+        if self._model is not None and not self.closed:
             return
         async with self._async_lock:
-            if self._model is None or self._closed:
+            if self._model is None or self.closed:
                 await anyio.to_thread.run_sync(self._load_sync)
 
-    async def aclose(self) -> None:
-        """Release the model. Idempotent; the embedder cannot be used afterwards."""
-        self._closed = True
-        self._model = None
+    _close_if_enter_fails = False  # a model that failed to load holds nothing; load() may be tried again
 
-    async def __aenter__(self) -> Self:
+    async def _aopen(self) -> None:
         await self.load()
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+    async def _aclose(self) -> None:
+        """Release the model; the embedder cannot be used afterwards."""
+        self._model = None
 
     # ------------------------------------------------------------------------------------- embedding
 
@@ -262,14 +256,14 @@ class Model2VecEmbedder:
     # -------------------------------------------------------------------------------------- internals
 
     def _require_model(self) -> tuple[_StaticEncoder, int]:
-        if self._closed:
+        if self.closed:
             raise EmbeddingError(f"Model2VecEmbedder({self.name!r}) is closed")
         assert self._model is not None and self._dimension is not None
         return self._model, self._dimension
 
     def _load_sync(self) -> None:
         with self._thread_lock:
-            if self._closed:
+            if self.closed:
                 raise EmbeddingError(f"Model2VecEmbedder({self.name!r}) is closed")
             if self._model is not None:
                 return

@@ -152,11 +152,11 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
             count_tokens=count_tokens, max_concurrency=max_concurrency, retry=retry,
             max_text_characters=max_text_characters,
         )  # fmt: skip
-        self._client = OpenAICompatibleClient(
+        self._client = self._own(OpenAICompatibleClient(
             base_url=base_url, path="/embeddings", example="http://localhost:8080/v1", api_key=api_key,
             api_key_env=api_key_env, key_headers=("authorization", "api-key"), headers=headers, timeout=timeout,
             http_client=http_client, max_response_bytes=max_response_bytes, what="embedding request", stage="embed",
-        )  # fmt: skip
+        ))  # fmt: skip
         self.model = model
         self.base_url = self._client.base_url
         self.query_prefix = query_prefix
@@ -199,9 +199,6 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         }  # fmt: skip
         digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
         return f"{self.name}#{digest}"
-
-    async def _close(self) -> None:
-        await self._client.aclose()
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleEmbedder(model={self.model!r}, base_url={self.base_url!r})"

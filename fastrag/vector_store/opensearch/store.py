@@ -23,6 +23,7 @@ from fastrag.errors import (
     RateLimitError,
 )
 from fastrag.filters import FilterLike
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.vector_store._ranking import best_first
 from fastrag.vector_store._validation import (
@@ -71,7 +72,7 @@ Refresh = bool | Literal["wait_for"]
 """The ``refresh`` of a write: ``True``, ``False`` or ``"wait_for"``."""
 
 
-class OpenSearchVectorStore:
+class OpenSearchVectorStore(AsyncResource):
     """Documents, vectors and a BM25 index in one OpenSearch index (k-NN plugin for vectors).
 
     Implements :class:`~fastrag.protocols.VectorStore`, :class:`~fastrag.protocols.LexicalStore` and
@@ -176,7 +177,6 @@ class OpenSearchVectorStore:
                 raise ConfigurationError(f"{self.url}: {exc}") from exc
             self._owns_client = True
         self.name = f"{self.url}/{self.index}"
-        self._closed = False
         self._ready = False
         self._has_vector_field = False
         self._ready_lock = anyio.Lock()
@@ -207,28 +207,18 @@ class OpenSearchVectorStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> OpenSearchVectorStore:
-        try:
-            await self._ensure_ready(for_write=False)
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
+    async def _aopen(self) -> None:
+        """Check the index (entering ``async with``; a failure closes the store)."""
+        await self._ensure_ready(for_write=False)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if the store created it (an injected client stays open). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    async def _aclose(self) -> None:
+        """Close the HTTP client if the store created it (an injected client stays open)."""
         if self._owns_client:
             await self._client.close()
 
     async def _call(self, what: str, fn: Any, /, **kwargs: Any) -> Any:
         """Run one client call, turning SDK exceptions into fastrag's (chained)."""
-        if self._closed:
+        if self.closed:
             raise BackendUnavailableError("store is closed", store=self.name)
         exceptions = self._sdk.exceptions
         try:

@@ -55,6 +55,7 @@ from fastrag.errors import (
     InvalidParameterError,
 )
 from fastrag.filters import FilterLike, combine_filters, is_native_filter
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.scoring import query_term_counts, repeated_terms
 from fastrag.vector_store._metadata import metadata_json
@@ -108,7 +109,7 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
 
-class PgVectorStore:
+class PgVectorStore(AsyncResource):
     """Documents with dense vectors and a BM25 index in PostgreSQL (pgvector).
 
     Give exactly one of ``conninfo`` and ``pool``.
@@ -203,7 +204,6 @@ class PgVectorStore:
         self._vector_info: Any = None
         self._open_lock = anyio.Lock()
         self._ready_done = False
-        self._closed = False
         where = redacted(conninfo) if conninfo is not None else type(pool).__name__
         self.name = f"postgres {where} table {table!r}"
 
@@ -231,22 +231,12 @@ class PgVectorStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> PgVectorStore:
-        try:
-            await self._ready()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
+    async def _aopen(self) -> None:
+        """Open the pool and create or check the tables (entering ``async with``; a failure closes the store)."""
+        await self._ready()
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the pool the store opened (an injected pool stays open). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    async def _aclose(self) -> None:
+        """Close the pool the store opened (an injected pool stays open)."""
         if self._owns_pool and self._pool is not None:
             pool, self._pool = self._pool, None
             try:
@@ -259,7 +249,7 @@ class PgVectorStore:
 
     async def _ready(self) -> None:
         """Open the pool and create or check the tables, once."""
-        if self._closed:
+        if self.closed:
             raise BackendUnavailableError("store is closed", store=self.name)
         if self._ready_done:
             return
@@ -417,7 +407,7 @@ class PgVectorStore:
         """
         await self._ready()
         pool = self._pool
-        if self._closed or pool is None:
+        if self.closed or pool is None:
             raise BackendUnavailableError("store is closed", store=self.name)
         from pgvector.psycopg.vector import register_vector_info
 

@@ -25,6 +25,7 @@ from fastrag.errors import (
     RateLimitError,
 )
 from fastrag.filters import FilterLike
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import BRANCHES, RANK, SCORE, Document
 from fastrag.vector_store._validation import (
     check_document_text,
@@ -61,7 +62,7 @@ _PAGE = 256
 _ABANDONABLE = frozenset({"query_points", "query_batch_points", "scroll", "count"})  # reads of local mode
 
 
-class QdrantVectorStore:
+class QdrantVectorStore(AsyncResource):
     """Documents with dense vectors in one Qdrant collection; BM25 too with ``enable_bm25``.
 
     Exactly one of ``url``, ``location``, ``path`` and ``client`` names where the collection lives.
@@ -152,7 +153,6 @@ class QdrantVectorStore:
         self._exists: bool | None = None
         self._has_dense = False
         self._meta: dict[str, Any] = {}
-        self._closed = False
         where = (url or location or (str(path) if path is not None else None)
                  or (f"edge {edge_path}" if edge_path is not None else None) or f"{type(client).__name__}")
         self.name = f"qdrant {where} collection {collection!r}"
@@ -217,22 +217,12 @@ class QdrantVectorStore:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> QdrantVectorStore:
-        try:
-            await self._ready()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
+    async def _aopen(self) -> None:
+        """Learn whether the collection exists and check it (entering ``async with``; a failure closes the store)."""
+        await self._ready()
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the client the store created (an injected client stays open). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    async def _aclose(self) -> None:
+        """Close the client the store created (an injected client stays open)."""
         if not self._owns_client:
             return
         try:
@@ -248,7 +238,7 @@ class QdrantVectorStore:
             self._client.close()
 
     async def _call(self, method: str, /, **kwargs: Any) -> Any:
-        if self._closed:
+        if self.closed:
             raise BackendUnavailableError("store is closed", store=self.name)
         try:
             if self._is_async:

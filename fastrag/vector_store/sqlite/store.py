@@ -100,6 +100,7 @@ from fastrag.errors import (
     TransientBackendError,
 )
 from fastrag.filters import Filter, FilterLike, matches, parse_filter
+from fastrag.lifecycle import AsyncResource
 from fastrag.limits import check_positive_int
 from fastrag.models import Document, owned_document
 from fastrag.scoring import query_term_counts
@@ -176,7 +177,7 @@ def _languages_of(value: str) -> tuple[str, ...]:
     return tuple(json.loads(value))
 
 
-class SQLiteVectorStore:
+class SQLiteVectorStore(AsyncResource):
     """Documents, vectors and a BM25 index in one SQLite database.
 
     Args:
@@ -277,7 +278,6 @@ class SQLiteVectorStore:
         self._private = self.path in _PRIVATE_PATHS
         self._max_readers = read_connections or min(4, os.cpu_count() or 1)
         self._lock = threading.Lock()  # the writer connection (and, for a private database, every call)
-        self._closed = False
         self._maintenance = maintenance.MaintenanceRecord()  # the last post-commit merge's outcome
         # the pool of read connections: guarded by _pool; _busy counts those checked out, _opening those
         # being opened; every open reader is in _readers, the idle ones also in _idle (last used on top).
@@ -600,23 +600,16 @@ class SQLiteVectorStore:
         """The analysis for text in ``language`` (the store's own when ``None`` or per-language analysis is off)."""
         return self.analyzer.for_language(language) if self._per_language else self.analyzer  # type: ignore[arg-type]
 
-    async def __aenter__(self) -> SQLiteVectorStore:
-        return self
+    async def _aclose(self) -> None:
+        """Close every connection of the store (``aclose()``).
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close every connection of the store. Idempotent.
-
-        New calls are refused at once (:class:`~fastrag.errors.BackendUnavailableError`); calls already
-        running finish first, then their connections are closed too.
+        New calls are refused at once (:class:`~fastrag.errors.BackendUnavailableError`; :attr:`closed` is
+        already true); calls already running finish first, then their connections are closed too.
         """
         await anyio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:
         with self._pool:
-            self._closed = True
             self._pool.notify_all()  # reads waiting for a connection see the store closed and raise
             while self._busy or self._opening:  # reads in flight finish on their connections
                 self._pool.wait()
@@ -666,7 +659,7 @@ class SQLiteVectorStore:
         return limiters
 
     def _refuse_if_closed(self) -> None:
-        if self._closed:
+        if self.closed:
             raise BackendUnavailableError("store is closed", store=self.path)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -676,7 +669,7 @@ class SQLiteVectorStore:
 
         def call() -> T:
             with self._lock:
-                if self._closed:
+                if self.closed:
                     raise BackendUnavailableError("store is closed", store=self.path)
                 try:
                     return fn(*args)
@@ -733,7 +726,7 @@ class SQLiteVectorStore:
         """An idle read connection, a new one while fewer than ``read_connections`` are open, or wait."""
         with self._pool:
             while True:
-                if self._closed:
+                if self.closed:
                     raise BackendUnavailableError("store is closed", store=self.path)
                 if self._idle:
                     self._busy += 1
@@ -753,7 +746,7 @@ class SQLiteVectorStore:
                 if conn is not None:
                     self._readers.append(conn)
                     self._busy += 1
-                if conn is None or self._closed:  # a slot came free; or aclose waits for this one
+                if conn is None or self.closed:  # a slot came free; or aclose waits for this one
                     self._wake()
         return conn
 
@@ -773,7 +766,7 @@ class SQLiteVectorStore:
         """A connection (or a slot for one) came free: wake one waiting read, which takes it; once the
         store is closing, wake every waiter (aclose waits for the last connection, and waiting reads must
         see the store closed). Called holding ``_pool``."""
-        if self._closed:
+        if self.closed:
             self._pool.notify_all()
         else:
             self._pool.notify()
