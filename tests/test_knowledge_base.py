@@ -781,6 +781,28 @@ async def test_sections_option_fills_a_section_index_during_sync(tmp_path: Path)
         KnowledgeBase("sqlite:///:memory:", sections="sections.db")
 
 
+def test_a_search_response_carries_every_status_field_of_a_retrieval_result_both_ways() -> None:
+    """SearchResponse.from_result and as_result (what search_result and the retriever's retrieve_result use)
+    carry every field of a RetrievalResult, so a status added there reaches both."""
+    import dataclasses
+
+    from fastrag.knowledge_base import SearchResponse
+    from fastrag.retrieval.result import RetrievalResult
+
+    down = RuntimeError("store down")
+    result = RetrievalResult(documents=corpus(2), error=down, failed_branches={"vector": down}, partial=True,
+                             timings={"total": 0.25}, zero_vector_branches=("vector",),
+                             incomplete={"path_filter": "stopped at max_k"}, skipped_branches={"vector": "uncovered"})  # fmt: skip
+    settings = resolve_settings()
+    response = SearchResponse.from_result(result, settings=settings, strategy="hybrid", corpus_size=7)
+    assert (response.settings, response.strategy, response.corpus_size) == (settings, "hybrid", 7)
+    back = response.as_result()
+    for f in dataclasses.fields(RetrievalResult):
+        assert getattr(back, f.name) == getattr(result, f.name) == getattr(response, f.name), f.name
+    kept = SearchResponse.from_result(result, settings=settings, strategy="vector", documents=corpus(2)[:1])
+    assert [d.id for d in kept.documents] == [corpus(2)[0].id] and kept.error is down and kept.corpus_size is None
+
+
 async def test_as_retriever_searches_with_its_settings_and_k_defaults_to_their_top_k() -> None:
     async with KnowledgeBase("sqlite:///:memory:") as kb:
         await kb.add_documents(corpus(12))

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -71,6 +71,7 @@ from fastrag.knowledge_base.schema import (
 from fastrag.knowledge_base.scope import check_id, check_stamped_keys, scope_of
 
 logger = logging.getLogger("fastrag.knowledge_base")
+_T = TypeVar("_T")
 
 _CONFIG_KEYS = ("store", "lexical_store", "embedder", "sources", "fields", "require_scope")
 
@@ -693,18 +694,13 @@ class KnowledgeBase:
             BackendError, EmbeddingError, RerankerError: retrieval failed (use :meth:`search_result` to get
                 failures as a status instead).
         """
-        from fastrag.retrieval.pagination import check_offset, retrieve_page
+        from fastrag.retrieval.pagination import retrieve_page
 
-        check_offset(offset, settings.get("top_k") or 1)
-        with tracing.search() as trace:
-            plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
-            if trace is not None:
-                trace.annotate(self._traced(plan))
+        async def run(plan: _Plan) -> list[Document]:
             found = await retrieve_page(plan.retriever, query, k=plan.settings.top_k, offset=offset, filter=plan.filter)
-            found = plan.confined(found, offset=offset)
-            if trace is not None:
-                trace.hits(len(found))
-            return found
+            return plan.confined(found, offset=offset)
+
+        return await self._planned(run, len, query, filter, user_id, agent_id, scope, offset, settings)
 
     async def search_result(
         self,
@@ -731,33 +727,43 @@ class KnowledgeBase:
                 (a subclass): a native backend filter together with a scope.
             ConfigurationError: the resolved settings need something missing.
         """
-        from fastrag.retrieval.pagination import check_offset
         from fastrag.retrieval.result import retrieve_result
 
-        check_offset(offset, settings.get("top_k") or 1)
-        with tracing.search() as trace:
-            plan = await self._plan(query, filter, user_id, agent_id, scope, settings)
-            if trace is not None:
-                trace.annotate(self._traced(plan))
+        async def run(plan: _Plan) -> SearchResponse:
             result: RetrievalResult = await retrieve_result(  # joins this search's span
                 plan.retriever, query, k=plan.settings.top_k, filter=plan.filter, offset=offset
             )
-            response = SearchResponse(
-                documents=tuple(plan.confined(list(result.documents), offset=offset)),
-                settings=plan.settings,
-                strategy=plan.strategy,
-                corpus_size=plan.corpus_size,
-                error=result.error,
-                failed_branches=result.failed_branches,
-                partial=result.partial,
-                timings=result.timings,
-                zero_vector_branches=result.zero_vector_branches,
-                incomplete=result.incomplete,
-                skipped_branches=result.skipped_branches,
-            )
+            return SearchResponse.from_result(result, settings=plan.settings, strategy=plan.strategy,
+                                              corpus_size=plan.corpus_size,
+                                              documents=plan.confined(list(result.documents), offset=offset))  # fmt: skip
+
+        return await self._planned(run, _hits, query, filter, user_id, agent_id, scope, offset, settings)
+
+    async def _planned(
+        self,
+        run: Callable[[_Plan], Awaitable[_T]],
+        hits: Callable[[_T], int],
+        query: Any,
+        filter: Any,  # noqa: A002
+        user_id: Any,
+        agent_id: Any,
+        scope: Any,
+        offset: Any,
+        request: Mapping[str, Any],
+    ) -> _T:
+        """What :meth:`search` and :meth:`search_result` share: ``offset`` checked, the search planned inside
+        its span (annotated with the plan), ``run(plan)`` awaited and its ``hits`` counted on the span."""
+        from fastrag.retrieval.pagination import check_offset
+
+        check_offset(offset, request.get("top_k") or 1)
+        with tracing.search() as trace:
+            plan = await self._plan(query, filter, user_id, agent_id, scope, request)
             if trace is not None:
-                trace.hits(len(response.documents))
-            return response
+                trace.annotate(self._traced(plan))
+            outcome = await run(plan)
+            if trace is not None:
+                trace.hits(hits(outcome))
+            return outcome
 
     def _traced(self, plan: _Plan) -> dict[str, Any]:
         """The search span's attributes of a plan (fastrag.tracing)."""
@@ -912,6 +918,10 @@ class _Plan:
             return found
         logger.error("tenant isolation: %d document(s) outside the scope were removed", len(found) - len(kept))
         return [doc.ranked(score=doc.score, rank=offset + rank) for rank, doc in enumerate(kept)]
+
+
+def _hits(response: SearchResponse) -> int:
+    return len(response.documents)
 
 
 async def _clear(view: ScopedStore) -> int:

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
+from typing import Any
 
 from fastrag.models import (
     Document,
 )
+from fastrag.retrieval.result import RetrievalResult
 from fastrag.settings import (
     ResolvedSearchSettings,
 )
+
+_STATUS_FIELDS = tuple(f.name for f in fields(RetrievalResult) if f.name != "documents")
+"""What a :class:`SearchResponse` reports of its retrieval: every field of a RetrievalResult but the documents
+(a field added there is carried both ways by :meth:`SearchResponse.from_result` and :meth:`~SearchResponse.as_result`)."""
+
+
+def _status(outcome: RetrievalResult | SearchResponse) -> dict[str, Any]:
+    return {name: getattr(outcome, name) for name in _STATUS_FIELDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,30 @@ class SearchResponse:
     zero_vector_branches: tuple[str, ...] = ()
     incomplete: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     skipped_branches: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_result(
+        cls,
+        result: RetrievalResult,
+        *,
+        settings: ResolvedSearchSettings,
+        strategy: str,
+        corpus_size: int | None = None,
+        documents: Sequence[Document] | None = None,
+    ) -> SearchResponse:
+        """The response of a search whose retrieval gave ``result``: its status (``error``,
+        ``failed_branches``, ``partial``, ``timings``, ...: every field of a
+        :class:`~fastrag.retrieval.result.RetrievalResult` but the documents), with these ``settings``,
+        ``strategy`` and ``corpus_size`` (see the attributes), and ``documents`` (``None``: the result's)."""
+        found = result.documents if documents is None else documents
+        return cls(documents=tuple(found), settings=settings, strategy=strategy, corpus_size=corpus_size,
+                   **_status(result))  # fmt: skip
+
+    def as_result(self) -> RetrievalResult:
+        """This response as a :class:`~fastrag.retrieval.result.RetrievalResult`: the documents and the status,
+        without the settings, strategy and corpus size (what a :class:`~fastrag.protocols.Retriever`'s
+        ``retrieve_result`` returns)."""
+        return RetrievalResult(documents=self.documents, **_status(self))
 
     @property
     def complete(self) -> bool:

@@ -40,16 +40,12 @@ class KnowledgeBaseRetriever:
     async def retrieve_result(
         self, query: str, *, k: int | None = None, filter: Any = None, offset: int = 0
     ) -> RetrievalResult:
-        """:meth:`KnowledgeBase.search_result` as a :class:`~fastrag.retrieval.result.RetrievalResult`."""
-        from fastrag.retrieval.result import RetrievalResult
-
+        """:meth:`KnowledgeBase.search_result` as a :class:`~fastrag.retrieval.result.RetrievalResult`
+        (:meth:`~fastrag.knowledge_base.SearchResponse.as_result`)."""
         response = await self.knowledge_base.search_result(
             query, filter=filter, scope=dict(self.scope) or None, offset=offset, **self._with_k(k)
         )
-        return RetrievalResult(documents=response.documents, error=response.error,
-                               failed_branches=response.failed_branches, partial=response.partial,
-                               timings=response.timings, zero_vector_branches=response.zero_vector_branches,
-                               incomplete=response.incomplete, skipped_branches=response.skipped_branches)  # fmt: skip
+        return response.as_result()
 
     def __repr__(self) -> str:
         return f"KnowledgeBaseRetriever({self.knowledge_base!r}, scope={dict(self.scope)!r}, settings={dict(self.settings)!r})"
