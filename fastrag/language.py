@@ -39,7 +39,7 @@ from typing import Any
 from fastrag.analysis import primary_language
 from fastrag.errors import ConfigurationError, InvalidParameterError
 
-__all__ = ["ISO_639_1", "LangidLanguageDetector", "LinguaLanguageDetector", "default_language_detector", "primary_language"]
+__all__ = ["DOCUMENT_MIN_CONFIDENCE", "ISO_639_1", "LangidLanguageDetector", "LinguaLanguageDetector", "default_language_detector", "primary_language"]
 
 INSTALL_HINT = 'pip install "fastrag-retrieval[language]"'
 LANGID_HINT = 'pip install "py3langid>=0.4,<1" (a dependency of fastrag-retrieval: reinstall fastrag-retrieval)'
@@ -195,6 +195,12 @@ class LangidLanguageDetector:
     def __repr__(self) -> str:
         shown = "every language" if self._codes is None else list(self._codes)
         return f"LangidLanguageDetector({shown!r})"
+
+
+DOCUMENT_MIN_CONFIDENCE = 0.5
+"""The confidence below which indexing with no language stamps none on a document (the store's own
+analysis, English by default): a few words ("Volcanoes erupt molten lava.", 0.14 for Catalan) are not
+evidence. Of 3,201 XQuAD paragraphs and SciFact abstracts, one is below 0.5 (0.47, English)."""
 
 
 def default_language_detector(

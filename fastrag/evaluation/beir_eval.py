@@ -46,9 +46,9 @@ async def _detected(docs: list[Document]) -> tuple[list[Document], str | None]:
     import anyio.to_thread
 
     from fastrag.analysis import primary_language
-    from fastrag.language import default_language_detector
+    from fastrag.language import DOCUMENT_MIN_CONFIDENCE, default_language_detector
 
-    detector = default_language_detector()
+    detector = default_language_detector(min_confidence=DOCUMENT_MIN_CONFIDENCE)
 
     def detect_all() -> list[str | None]:
         return [primary_language(d.metadata.get(LANGUAGE)) or detector.detect(f"{d.metadata.get('title') or ''}\n{d.content}")

@@ -325,7 +325,8 @@ class IngestionPipeline:
             ``"default"`` (the default, when no ``language`` is given):
             :func:`~fastrag.language.default_language_detector` (langid.py, offline, 114 languages; the
             measurements behind it: ``benchmarks/results/language_detectors.md``), so a corpus in any
-            language gets its language's stemmer without flags. ``None``: no detection, no language
+            language gets its language's stemmer without flags; a document it places with less than
+            :data:`~fastrag.language.DOCUMENT_MIN_CONFIDENCE` gets no language. ``None``: no detection, no language
             stamped (the store's own analysis, English by default, as before issue 25). The language is
             decided per document, not per chunk: a file's chunks share one analysis, and a paragraph
             settles it where a chunk of a table or a code listing would not (a mixed corpus of
@@ -360,9 +361,9 @@ class IngestionPipeline:
     ) -> None:
         if isinstance(language_detector, str) and language_detector == "default":
             if language is None:
-                from fastrag.language import default_language_detector
+                from fastrag.language import DOCUMENT_MIN_CONFIDENCE, default_language_detector
 
-                language_detector = default_language_detector()
+                language_detector = default_language_detector(min_confidence=DOCUMENT_MIN_CONFIDENCE)
             else:
                 language_detector = None
         if language is not None and language_detector is not None:
