@@ -308,7 +308,7 @@ async def test_markdown_is_chunked_per_section_with_metadata(tmp_path: Path) -> 
     write(tmp_path, "docs/guide/install.md", MARKDOWN)
     store = InMemoryStore()
     report = await pipeline(store).run([tmp_path / "docs"])
-    assert report == IngestionReport(files_indexed=1, chunks_written=4)
+    assert report == IngestionReport(files_indexed=1, chunks_written=4, languages={"en": 4})  # detected (issue 25.4)
     chunks = await store.get()
     assert [c.id for c in chunks] == [f"docs/guide/install.md#{i}" for i in range(4)]
     by_index = {c.metadata["chunk_index"]: c for c in chunks}
@@ -323,7 +323,7 @@ async def test_markdown_is_chunked_per_section_with_metadata(tmp_path: Path) -> 
     assert debian.metadata["chunker"] == Chunker().fingerprint
     assert set(debian.metadata) == {
         "source_uri", "title", "chunk_index", "parent_id", "content_hash", "headings", "chunker",
-        "section_index", "section_start", "section_end",
+        "section_index", "section_start", "section_end", "language",
     }
 
 

@@ -156,11 +156,14 @@ def _beir(root: Path) -> Path:
 
 def test_cli_eval_with_language_analyses_the_dataset_in_it(tmp_path: Path) -> None:
     folder = _beir(tmp_path)
-    english = cli("eval", str(folder), "--mode", "keyword", "--json")
+    default = cli("eval", str(folder), "--mode", "keyword", "--json")
     german = cli("eval", str(folder), "--mode", "keyword", "--json", "--language", "de")
-    assert english.exit_code == 0 and german.exit_code == 0, german.output
+    english = cli("eval", str(folder), "--mode", "keyword", "--json", "--language", "en")
+    assert default.exit_code == 0 and german.exit_code == 0 and english.exit_code == 0, german.output
     assert json.loads(english.stdout)["ndcg@10"] < 0.5  # "haus" vs "häuser", "züge" vs "zug": English misses
     assert json.loads(german.stdout)["ndcg@10"] == pytest.approx(1.0)
+    # no flags (issue 25.4): the documents are detected as German, so the corpus is analysed in German
+    assert json.loads(default.stdout)["ndcg@10"] == pytest.approx(1.0)
     for bad in ("auto", "Auto", "not a code", "xx"):
         result = cli("eval", str(folder), "--mode", "keyword", "--language", bad)
         assert result.exit_code == 1 and "--language" in result.stderr
@@ -196,9 +199,11 @@ def test_cli_reports_zero_vectors_at_index_and_search_time(tmp_path: Path, monke
     found = cli("search", "แมวกินปลา", "--json")  # hybrid: the dense branch has nothing, BM25 finds it
     assert found.exit_code == 0, found.output
     payload = json.loads(found.stdout)
-    assert payload["zero_vector_branches"] == ["vector"]
+    # with no --language (issue 25.4) the store holds Thai and English documents and the question is
+    # detected as Thai, which the English static model does not cover: its branch is left out, so no
+    # zero vector is searched
+    assert payload["zero_vector_branches"] == [] and "vector" in payload["skipped_branches"]
     assert [d["metadata"]["source_uri"] for d in payload["documents"]][:1] == ["docs/แมว.txt"]
-    assert "zero vector" in found.stderr
 
 
 def test_cli_search_language_auto_detects_among_the_store_languages(tmp_path: Path, monkeypatch) -> None:

@@ -23,6 +23,7 @@ from fastrag.evaluation.metrics import evaluate
 from fastrag.evaluation.runner import run_retrieval
 from fastrag.ingestion.steps.cache import CachedEmbedder, EmbeddingCache
 from fastrag.models import LANGUAGE, Document
+from fastrag.planning import question_language_options
 from fastrag.retrieval._validation import check_positive_int
 
 __all__ = ["RERANKERS", "MissingJudgedDocumentsWarning", "Progress", "evaluate_beir", "missing_judged_documents"]
@@ -34,6 +35,32 @@ Progress = Callable[[str, int, int], None]
 
 class MissingJudgedDocumentsWarning(UserWarning):
     """Some documents the qrels judge are not in the corpus (``evaluate_beir(allow_missing=True)``)."""
+
+
+async def _detected(docs: list[Document]) -> tuple[list[Document], str | None]:
+    """``docs`` with ``metadata["language"]`` set to each one's detected language (title and text; a document
+    that already has one keeps it, one the detector cannot place gets none), and the corpus's language: the
+    language of at least :data:`ONE_LANGUAGE_SHARE` of them, else ``None``."""
+    from collections import Counter
+
+    import anyio.to_thread
+
+    from fastrag.analysis import primary_language
+    from fastrag.language import DOCUMENT_MIN_CONFIDENCE, default_language_detector
+
+    detector = default_language_detector(min_confidence=DOCUMENT_MIN_CONFIDENCE)
+
+    def detect_all() -> list[str | None]:
+        return [primary_language(d.metadata.get(LANGUAGE)) or detector.detect(f"{d.metadata.get('title') or ''}\n{d.content}")
+                for d in docs]
+
+    languages = await anyio.to_thread.run_sync(detect_all)
+    out = [d if code is None or d.metadata.get(LANGUAGE) == code else
+           Document(id=d.id, content=d.content, metadata={**d.metadata, LANGUAGE: code})
+           for d, code in zip(docs, languages, strict=True)]  # fmt: skip
+    counts = Counter(languages)
+    top, n = counts.most_common(1)[0] if counts else (None, 0)
+    return out, top if top is not None and n >= ONE_LANGUAGE_SHARE * len(docs) else None
 
 
 def missing_judged_documents(dataset: BeirDataset) -> list[str]:
@@ -49,6 +76,14 @@ RERANKERS = ("none", "embedder", "cross-encoder")
 """The ``rerank`` choices of :func:`evaluate_beir` (and ``fastrag eval --rerank``)."""
 
 _BATCH = 1024
+
+ONE_LANGUAGE_SHARE = 0.99
+"""With no ``language``, the share of a corpus's documents detected as one language from which a store
+created for it analyses in that language (Snowball's stopwords, as ``language=`` gives): a few documents
+detected otherwise (a reference list, a table, a quotation) keep their own detected stemmer but do not
+make the corpus multilingual. The documents are all known before the store is created, as they are not
+when ``fastrag index`` reads files one by one (its new stores keep the default analysis; documents still
+get their detected stemmer)."""
 
 
 async def evaluate_beir(
@@ -97,7 +132,13 @@ async def evaluate_beir(
             sides with that language's Snowball stemmer; for a language with Snowball's stopword list
             (:data:`~fastrag.analysis.SNOWBALL_STOPWORD_LANGUAGES`) a SQLite store created here analyses
             in that language, which drops them on both sides (:func:`~fastrag.config.new_store_analyzer`).
-            ``None``: the store's analysis (English).
+            ``None`` (the default): each document's language is detected
+            (:func:`~fastrag.language.default_language_detector`) and stamped, so it is stemmed in its
+            language; when at least :data:`ONE_LANGUAGE_SHARE` of the documents are detected as one
+            language, the corpus is taken as that language's: a SQLite store created here analyses in it
+            as with ``language`` (Snowball's stopwords). Each query is analysed as a search without a
+            language is (:func:`~fastrag.planning.question_language_options`): in the one language the
+            store's documents were analysed in, or in its detected language among several.
         allow_missing: score even when documents the qrels judge relevant are missing from the corpus
             (:func:`missing_judged_documents`; they count as never retrieved), with a
             :class:`MissingJudgedDocumentsWarning`. By default that is an error: such scores measure the
@@ -139,8 +180,11 @@ async def evaluate_beir(
         warnings.warn(f"{dataset_dir}: {message}; they count as never retrieved", MissingJudgedDocumentsWarning,
                       stacklevel=2)
     docs = list(dataset.corpus.values())
+    corpus_language = language
     if language is not None:
         docs = [Document(id=d.id, content=d.content, metadata={**d.metadata, LANGUAGE: language}) for d in docs]
+    else:
+        docs, corpus_language = await _detected(docs)
     owned = embedder is None and mode != "keyword"
     if owned:
         embedder = open_embedder(embedding_model)
@@ -151,7 +195,7 @@ async def evaluate_beir(
     try:
         name = embedder.name if embedder is not None else None
         settings = Settings(store=store_url, lexical_store=lexical_store_url)
-        analyzer = new_store_analyzer(settings, language)  # a new SQLite store analyses in the dataset's language
+        analyzer = new_store_analyzer(settings, corpus_language)  # a new SQLite store analyses in the dataset's language
         async with AsyncExitStack() as stack, open_stores(settings, embedding_model=name, analyzer=analyzer) as (
             store,
             lexical,
@@ -176,8 +220,9 @@ async def evaluate_beir(
                 reranker = await stack.enter_async_context(
                     open_reranker(rerank, rerank_model, embedding_model=embedding_model)
                 )
+            options = await question_language_options(lexical, language) if mode != "vector" else {}
             retriever = build_retriever(mode, store=store, embedder=retrieval_embedder, lexical_store=lexical,
-                                        language=language, reranker=reranker, rerank_candidate_k=top_k)
+                                        reranker=reranker, rerank_candidate_k=top_k, **options)
             answered = 0
 
             def query_done() -> None:

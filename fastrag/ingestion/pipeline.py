@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 import anyio.to_thread
@@ -322,6 +322,15 @@ class IngestionPipeline:
         language_detector: detect each parsed document's language (a file, or one BEIR document) from
             its text (title and sections, the detector's own length limit applies) and stamp it on the
             document's chunks; a document it cannot place gets no language. In a worker thread.
+            ``"default"`` (the default, when no ``language`` is given):
+            :func:`~fastrag.language.default_language_detector` (langid.py, offline, 114 languages; the
+            measurements behind it: ``benchmarks/results/language_detectors.md``), so a corpus in any
+            language gets its language's stemmer without flags; a document it places with less than
+            :data:`~fastrag.language.DOCUMENT_MIN_CONFIDENCE` gets no language. ``None``: no detection, no language
+            stamped (the store's own analysis, English by default, as before issue 25). The language is
+            decided per document, not per chunk: a file's chunks share one analysis, and a paragraph
+            settles it where a chunk of a table or a code listing would not (a mixed corpus of
+            one-language files gets each file's language).
 
     A chunk's language is part of what "unchanged" compares: running again with another ``language``
     (or a detector that now decides otherwise) rewrites the file's chunks.
@@ -329,7 +338,8 @@ class IngestionPipeline:
     Raises:
         InvalidParameterError: ``batch_size``, ``max_file_bytes``, ``parse_timeout`` or
             ``parse_memory_limit`` is not positive; ``language`` is not a language code,
-            ``language_detector`` has no ``detect``, or both are given.
+            ``language_detector`` has no ``detect``, or both are given (a ``language`` with the default
+            ``language_detector="default"`` is no conflict: the language is given, nothing is detected).
     """
 
     def __init__(
@@ -347,8 +357,15 @@ class IngestionPipeline:
         parse_timeout: float = DEFAULT_PARSE_TIMEOUT,
         parse_memory_limit: int | None = DEFAULT_PARSE_MEMORY_LIMIT,
         language: str | None = None,
-        language_detector: LanguageDetector | None = None,
+        language_detector: LanguageDetector | Literal["default"] | None = "default",
     ) -> None:
+        if isinstance(language_detector, str) and language_detector == "default":
+            if language is None:
+                from fastrag.language import DOCUMENT_MIN_CONFIDENCE, default_language_detector
+
+                language_detector = default_language_detector(min_confidence=DOCUMENT_MIN_CONFIDENCE)
+            else:
+                language_detector = None
         if language is not None and language_detector is not None:
             raise InvalidParameterError("give language= or language_detector=, not both")
         if language is not None:
