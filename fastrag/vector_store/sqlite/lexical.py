@@ -39,6 +39,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fastrag.vector_store.sqlite import native
+
 __all__ = [
     "BM25_B",
     "PostingsCache",
@@ -48,6 +50,7 @@ __all__ = [
     "SCHEMA",
     "TermList",
     "bm25_top",
+    "bm25_top_reference",
     "decode",
     "insert_segment",
     "length_norms",
@@ -180,9 +183,51 @@ class TermList(NamedTuple):
     tfs: np.ndarray
     weights: np.ndarray
     term: str = ""
+    block_max: np.ndarray | None = None
+    """The largest of ``weights`` in each block of :data:`~fastrag.vector_store.sqlite.native.BLOCK`
+    postings (float32), for the native core's block-max bounds; ``None``: the core computes them."""
 
 
 def bm25_top(
+    lists: Sequence[TermList],
+    *,
+    live: np.ndarray | None,
+    allowed: np.ndarray | None,
+    n_docs: int,
+    size: int,
+    k: int,
+    query_weights: Sequence[float] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates holding the ``k`` best BM25 documents: :func:`bm25_top_reference`'s contract, computed by
+    the native core (:mod:`fastrag.vector_store.sqlite.native`: block-max MaxScore into a top-k heap, the
+    GIL released while it scores) when it is built, by :func:`bm25_top_reference` otherwise.
+
+    The native core returns exactly the documents scoring at least the ``k``-th best score (ties at the
+    cut kept, for the caller's tie-break by id), with scores equal to the reference's (the same float64
+    terms added in the same order); the reference may return more candidates, never other top ``k``.
+
+    Raises:
+        ValueError: ``query_weights`` is not aligned with ``lists``.
+    """
+    if query_weights is not None and len(query_weights) != len(lists):
+        raise ValueError(f"{len(query_weights)} query weights for {len(lists)} term lists")
+    core = native.core()
+    if core is None:
+        return bm25_top_reference(lists, live=live, allowed=allowed, n_docs=n_docs, size=size, k=k, query_weights=query_weights)
+    return core.bm25_top(
+        [t.docs for t in lists],
+        [t.weights for t in lists],
+        [t.block_max for t in lists],
+        [1.0] * len(lists) if query_weights is None else [float(w) for w in query_weights],
+        None if live is None else live.view(np.uint8),
+        None if allowed is None else allowed.view(np.uint8),
+        n_docs,
+        size,
+        k,
+    )
+
+
+def bm25_top_reference(
     lists: Sequence[TermList],
     *,
     live: np.ndarray | None,
@@ -223,7 +268,8 @@ def bm25_top(
     if query_weights is not None and len(query_weights) != len(lists):
         raise ValueError(f"{len(query_weights)} query weights for {len(lists)} term lists")
     scored: list[tuple[float, float, np.ndarray, np.ndarray]] = []  # (bound, qtf * idf, docs, weights)
-    for i, (docs, _, weights, _) in enumerate(lists):
+    for i, term_list in enumerate(lists):
+        docs, weights = term_list.docs, term_list.weights
         if live is not None:
             keep = live[docs]
             docs, weights = docs[keep], weights[keep]
@@ -354,7 +400,7 @@ class PostingsCache:
                 current = _joined(current, pieces, norms, term)
                 updates.append((term, current))
             elif entry[2] != avgdl:
-                current = TermList(current.docs, current.tfs, _weights(current.docs, current.tfs, norms), term)
+                current = _term_list(current.docs, current.tfs, _weights(current.docs, current.tfs, norms), term)
                 updates.append((term, current))
             if len(current.docs):
                 out.append(current)
@@ -391,7 +437,13 @@ def _joined(
         if not (np.diff(docs) > 0).all():  # segments whose rowid ranges interleave
             order = np.argsort(docs, kind="stable")
             docs, tfs = docs[order], tfs[order]
-    return TermList(docs, tfs, _weights(docs, tfs, norms), term)
+    return _term_list(docs, tfs, _weights(docs, tfs, norms), term)
+
+
+def _term_list(docs: np.ndarray, tfs: np.ndarray, weights: np.ndarray, term: str) -> TermList:
+    """A :class:`TermList`, with its block maxima when the native core will score it (cached with it)."""
+    core = native.core()
+    return TermList(docs, tfs, weights, term, None if core is None else core.block_max(weights))
 
 
 def mean_length(total_length: float, n_docs: int) -> float:
@@ -428,7 +480,7 @@ def scoped_lists(lists: Sequence[TermList], inside: np.ndarray, lengths: np.ndar
             mine, freqs = term.docs[keep], term.tfs[keep]
             # the norms of these postings only (not of every rowid), so _weights reads them by position
             norms = length_norms(lengths[mine], avgdl)
-            out.append(TermList(mine, freqs, _weights(np.arange(len(mine)), freqs, norms), term.term))
+            out.append(_term_list(mine, freqs, _weights(np.arange(len(mine)), freqs, norms), term.term))
     return out, n_docs
 
 
