@@ -26,7 +26,7 @@ BLOCK = 128
 """Postings per block: the core keeps one maximum weight per block of this many postings."""
 
 try:
-    from fastrag.vector_store.sqlite import bm25_core as _core
+    import fastrag.vector_store.sqlite.bm25_core as _core  # the compiled module, not the package
 except ImportError as exc:  # not built here (no compiler at install time), or built for another Python
     _core: ModuleType | None = None  # type: ignore[no-redef]
     _reason = f"{type(exc).__name__}: {exc}"
