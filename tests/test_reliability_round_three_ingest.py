@@ -350,7 +350,7 @@ async def test_the_heading_of_a_section_with_a_body_is_searchable_too(tmp_path: 
 
 # ------------------------------------------------------- 26.2: large plain text streamed into the store
 
-import fastrag.ingestion.pipeline as pipeline_module  # noqa: E402
+import fastrag.ingestion.pipeline as pipeline_module
 
 
 def _stored(documents: list) -> list[tuple[str, str, dict]]:

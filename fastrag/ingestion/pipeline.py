@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-from contextlib import AsyncExitStack
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePath
@@ -290,7 +290,11 @@ class IngestionPipeline:
             default.
         batch_size: chunks embedded and upserted per call; must be positive. A document's chunks are never
             split across batches (a batch closes early rather than cut one; a document with more chunks
-            than this is one batch of its own), so an interrupted run never leaves half a document.
+            than this is one batch of its own), so an interrupted run never leaves half a document. The
+            exception is a ``.txt`` over 1 MiB into stores that all replace atomically
+            (:class:`~fastrag.protocols.SupportsAtomicReplace` and ``get``: the SQLite store), without
+            ``sections``: it streams in batches of this size inside one transaction per store, so it is
+            still stored whole or not at all, holding one batch of its chunks at a time.
         show_progress: draw a :mod:`rich` progress bar on stderr; ``None`` (default) draws it only when
             stderr is a terminal.
         sections: a :class:`~fastrag.sections.SectionIndex` that receives every document the
@@ -318,7 +322,8 @@ class IngestionPipeline:
             reported as malformed. Enforced on Linux (``RLIMIT_AS``); elsewhere the run's
             :attr:`IngestionReport.warnings` say it is not. Plain ``.txt`` files are read and chunked
             block by block instead, holding about one chunk's text and a 1 MiB block, besides the
-            chunks themselves (unless ``sections`` is given, which keeps the whole text).
+            chunks themselves (unless ``sections`` is given, which keeps the whole text); streamed into
+            such stores (see ``batch_size``), only one batch of chunks with their vectors too.
 
         language: stamp ``metadata["language"] = language`` (an ISO 639-1 code) on every chunk, so
             stores that analyse text per language (the SQLite store) stem it in that language.
