@@ -12,6 +12,7 @@ Scores: every search returns documents best first, stamped (on copies) with ``me
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -25,11 +26,13 @@ if TYPE_CHECKING:  # fastrag.llm imports httpx; this keeps `import fastrag` from
 __all__ = [
     "LLM",
     "AsyncCloseable",
+    "BatchWriter",
     "ChecksBranches",
     "DeclaresLanguages",
     "EmbedsText",
     "ReturnsResult",
     "SearchesText",
+    "SupportsAtomicReplace",
     "SupportsClear",
     "SupportsDeferredRows",
     "SupportsDepth",
@@ -487,6 +490,31 @@ class SupportsClear(Protocol, metaclass=_Declared):
 
     async def clear(self) -> int:
         """Remove every document; return how many were removed."""
+        ...
+
+
+@runtime_checkable
+class BatchWriter(Protocol, metaclass=_Declared):
+    """The writing end of one open :meth:`SupportsAtomicReplace.atomic_replace`: batches of one write."""
+
+    async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
+        """Add ``documents`` to the write, as :meth:`VectorStore.upsert` would (replacing by id); seen by
+        readers only once the whole write commits."""
+        ...
+
+
+@runtime_checkable
+class SupportsAtomicReplace(Protocol, metaclass=_Declared):
+    """A store that can replace a set of documents by another in one transaction spanning many batches.
+
+    The ingestion pipeline streams a large file's chunks through it in bounded batches: readers see the old
+    chunks until the write commits, then only the new ones, and a failure part-way leaves the old ones.
+    """
+
+    def atomic_replace(self, *, delete: FilterLike) -> AbstractAsyncContextManager[BatchWriter]:
+        """Open a write that deletes the documents matching ``delete`` (as they stand when it opens) and then
+        upserts what is given to the returned writer. It commits when the ``async with`` block ends without
+        an error, and is rolled back (nothing of it stored) when the block raises or is cancelled."""
         ...
 
 

@@ -13,6 +13,8 @@ import codecs
 import hashlib
 import io
 import random
+import subprocess
+import sys
 import tracemalloc
 import zipfile
 from collections.abc import Iterator
@@ -344,3 +346,88 @@ async def test_the_heading_of_a_section_with_a_body_is_searchable_too(tmp_path: 
         await IngestionPipeline(embedder=HashingEmbedder(), vector_store=store, show_progress=False).run([tmp_path])
         [hit] = await BM25Retriever(store=store).retrieve("merger", k=5)
     assert hit.content == "We meet their board on Tuesday."  # the chunk is its body; the heading is not repeated
+
+
+# ------------------------------------------------------- 26.2: large plain text streamed into the store
+
+import fastrag.ingestion.pipeline as pipeline_module
+
+
+def _stored(documents: list) -> list[tuple[str, str, dict]]:
+    return sorted((d.id, d.content, dict(d.metadata)) for d in documents)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("megabytes", [0.3, 1.2, 2.6])
+async def test_a_streamed_file_is_stored_exactly_as_the_whole_file_path_stores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, megabytes: float
+) -> None:
+    """Streamed in batches (every size streams here), a file's chunk ids, texts, offsets and metadata are
+    those of the whole-file path; a "€" straddles the 1 MiB read block; re-indexing an unchanged file writes
+    nothing, and a shorter version replaces every old chunk."""
+    rng = random.Random(int(megabytes * 10))
+    text = ""
+    while len(text.encode()) < megabytes * 2**20:
+        text += _words(rng, rng.randint(3, 500)) + rng.choice(("\n\n", " ", "\r\n\r\n", " €😀 "))
+    data = text.encode("utf-8")
+    cut = (1 << 20) - 1
+    if len(data) > cut + 3:
+        data = data[:cut] + "€".encode() + data[cut:]
+    (tmp_path / "notes.txt").write_bytes(data)
+    results = []
+    for threshold in (10**12, 0):
+        monkeypatch.setattr(pipeline_module, "_STREAM_BYTES", threshold)
+        async with SQLiteVectorStore(str(tmp_path / f"s{threshold}.db")) as store:
+            pipeline = IngestionPipeline(embedder=HashingEmbedder(), vector_store=store, show_progress=False, batch_size=50)
+            report = await pipeline.run([tmp_path / "notes.txt"])
+            assert report.ok and report.files_indexed == 1
+            results.append(_stored(await store.get()))
+            if threshold == 0:
+                again = await pipeline.run([tmp_path / "notes.txt"])
+                assert again.files_unchanged == 1 and again.chunks_written == 0
+                (tmp_path / "notes.txt").write_bytes(data[: len(data) // 3])
+                shorter = await pipeline.run([tmp_path / "notes.txt"])
+                assert shorter.files_indexed == 1
+                assert {d.metadata["content_hash"] for d in await store.get()} == {
+                    hashlib.sha256(data[: len(data) // 3]).hexdigest()}
+                assert await store.count() == shorter.chunks_written
+    assert results[0] == results[1] and len(results[0]) > 100
+
+
+_MEASURE = r"""
+import random, resource, sys, anyio
+from pathlib import Path
+from fastrag.ingestion import IngestionPipeline
+from fastrag.testing.fakes import HashingEmbedder
+from fastrag.vector_store.sqlite import SQLiteVectorStore
+
+folder = Path(sys.argv[1])
+rng = random.Random(3)
+words = ("merger", "plan", "acme", "board", "quarterly", "a", "tuesday.", "solar", "inverter")
+block = "\n\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(20, 300))) for _ in range(400)) + "\n\n"
+with (folder / "big.txt").open("w") as handle:
+    while handle.tell() < 40 * 2**20:
+        handle.write(block)
+del block
+
+async def main():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    async with SQLiteVectorStore(str(folder / "index.db")) as store:
+        report = await IngestionPipeline(embedder=HashingEmbedder(), vector_store=store, show_progress=False).run(
+            [folder / "big.txt"])
+    assert report.files_indexed == 1 and report.chunks_written > 50_000, report
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in kilobytes on Linux only")
+def test_indexing_a_40_mb_text_file_holds_a_bounded_window_not_the_file(tmp_path: Path) -> None:
+    """Failed before: a file's chunks were embedded and written in one batch; indexing 40 MB of text grew
+    the process by about 220 MB (60 MB: 330 MB). Streamed, it grows by a few batches of chunks (60 MB: 20 MB)."""
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    growth = int(done.stdout.split()[-1])
+    assert growth < 80 * 2**20, f"indexing 40 MB of text grew the process by {growth:,} bytes"

@@ -536,3 +536,33 @@ async def test_tied_scores_are_cut_by_id_so_top_k_is_a_prefix_of_top_k_plus_n(tm
             five, ten, all_ = [[d.id for d in await search(k)] for k in (5, 10, 30)]
             assert five == [f"d{i:02d}" for i in range(5)]
             assert ten[:5] == five and all_[:10] == ten
+
+
+def _versioned(version: int, count: int) -> list[Document]:
+    return [Document(id=f"big.txt#{i}", content=f"version {version} chunk {i}", metadata={"source_uri": "big.txt"})
+            for i in range(count)]
+
+
+@pytest.mark.anyio
+async def test_atomic_replace_spans_batches_and_readers_see_old_or_new_never_a_part(tmp_path: Path) -> None:
+    """A replace written in several batches: another connection sees the old documents until the commit,
+    then only the new ones (the surplus old ones gone); a failure part-way leaves the old ones intact."""
+    path = str(tmp_path / "s.db")
+    scope = field("source_uri") == "big.txt"
+    async with SQLiteVectorStore(path) as store, SQLiteVectorStore(path) as reader:
+        await store.upsert(_versioned(1, 5), embeddings=np.ones((5, 4)))
+        old = sorted(d.content for d in await reader.get())
+        with pytest.raises(RuntimeError):
+            async with store.atomic_replace(delete=scope) as writer:
+                await writer.upsert(_versioned(2, 2), embeddings=np.ones((2, 4)))
+                raise RuntimeError("the embedder failed part-way")
+        assert sorted(d.content for d in await reader.get()) == old
+        async with store.atomic_replace(delete=scope) as writer:
+            await writer.upsert(_versioned(2, 3)[:2], embeddings=np.ones((2, 4)))
+            assert sorted(d.content for d in await reader.get()) == old
+            await writer.upsert(_versioned(2, 3)[2:], embeddings=np.ones((1, 4)))
+            assert sorted(d.content for d in await reader.get()) == old
+        assert sorted(d.content for d in await reader.get()) == [f"version 2 chunk {i}" for i in range(3)]
+        assert [d.id for d in await reader.search_text("version chunk", k=10)] != []
+        with pytest.raises(InvalidParameterError):
+            await writer.upsert(_versioned(3, 1))

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePath
@@ -97,6 +98,7 @@ from fastrag.protocols import (
     Embedder,
     LanguageDetector,
     LexicalStore,
+    SupportsAtomicReplace,
     SupportsGet,
     VectorStore,
 )
@@ -120,6 +122,7 @@ admits Word XML up to roughly 170 MB, far beyond real documents (a 500-page repo
 
 _DETECT_CHARS = 2_000  # characters of a document its language is detected from (a paragraph settles it)
 _ID_BATCH = 500  # ids per get/delete call, well under every backend's limit on query size
+_STREAM_BYTES = 1 << 20  # a plain-text file larger than one read block streams into stores that replace atomically
 _EMBED_SLICE = 1024  # texts per embedding call within one oversized batch (progress moves between slices)
 
 CHUNKER = "chunker"
@@ -287,7 +290,11 @@ class IngestionPipeline:
             default.
         batch_size: chunks embedded and upserted per call; must be positive. A document's chunks are never
             split across batches (a batch closes early rather than cut one; a document with more chunks
-            than this is one batch of its own), so an interrupted run never leaves half a document.
+            than this is one batch of its own), so an interrupted run never leaves half a document. The
+            exception is a ``.txt`` over 1 MiB into stores that all replace atomically
+            (:class:`~fastrag.protocols.SupportsAtomicReplace` and ``get``: the SQLite store), without
+            ``sections``: it streams in batches of this size inside one transaction per store, so it is
+            still stored whole or not at all, holding one batch of its chunks at a time.
         show_progress: draw a :mod:`rich` progress bar on stderr; ``None`` (default) draws it only when
             stderr is a terminal.
         sections: a :class:`~fastrag.sections.SectionIndex` that receives every document the
@@ -315,7 +322,8 @@ class IngestionPipeline:
             reported as malformed. Enforced on Linux (``RLIMIT_AS``); elsewhere the run's
             :attr:`IngestionReport.warnings` say it is not. Plain ``.txt`` files are read and chunked
             block by block instead, holding about one chunk's text and a 1 MiB block, besides the
-            chunks themselves (unless ``sections`` is given, which keeps the whole text).
+            chunks themselves (unless ``sections`` is given, which keeps the whole text); streamed into
+            such stores (see ``batch_size``), only one batch of chunks with their vectors too.
 
         language: stamp ``metadata["language"] = language`` (an ISO 639-1 code) on every chunk, so
             stores that analyse text per language (the SQLite store) stem it in that language.
@@ -516,6 +524,9 @@ class IngestionPipeline:
         if is_corpus:
             state.kept_prefixes.add(f"{uri}#")
         try:
+            if self._streams_to_stores(source):
+                await self._index_streaming(source, state, send)
+                return
             if source.kind in BINARY_KINDS:
                 read = await self._read_binary(source, state)
             else:
@@ -565,6 +576,85 @@ class IngestionPipeline:
         if is_corpus or longer_before:
             state.completed.append(stale)
         state.files_indexed += 1
+
+    def _streams_to_stores(self, source: Source) -> bool:
+        """Whether ``source`` is read, chunked, embedded and written as it streams (:meth:`_index_streaming`)."""
+        return (
+            source.kind is FileKind.TEXT and self._sections is None and self._streams_text
+            and source.size > _STREAM_BYTES
+            and all(isinstance(store, SupportsAtomicReplace) and isinstance(store, SupportsGet) for store in self._stores)
+        )
+
+    async def _index_streaming(self, source: Source, state: _Run, send: MemoryObjectSendStream[_Batch]) -> None:
+        """Index a large plain-text file as it streams: a bounded window of its text and one batch of its
+        chunks in memory, never the file's chunks at once.
+
+        Three passes over the file: the first hashes and decodes it (a bad byte fails it before anything
+        is written) and detects its language; the second compares its chunks with the stored ones, batch by
+        batch, stopping at the first difference; the third, for a changed file, writes its chunks in
+        batches of ``batch_size`` inside one :meth:`~fastrag.protocols.SupportsAtomicReplace.atomic_replace`
+        per store, which first deletes the file's stored chunks: readers see the old version until it
+        commits, and a failure part-way (or a file that changed between the passes) rolls it back.
+        """
+        uri = source.source_uri
+        content_hash, language = await anyio.to_thread.run_sync(self._scan_text, source)
+        scope = filter_field(SOURCE_URI) == uri
+        if await self._stream_unchanged(source, content_hash, language):
+            state.files_unchanged += 1
+            return
+        await self._flush(state, send)  # the files before this one go first
+        async with AsyncExitStack() as stack:
+            writers = [await stack.enter_async_context(store.atomic_replace(delete=scope)) for store in self._stores]
+            written = 0
+            stream = self._stream_chunks(source, content_hash, language)
+            while batch := await anyio.to_thread.run_sync(_take, stream, self._batch_size):
+                embeddings = await self._embed(batch, state)
+                zero = int(np.count_nonzero(~np.asarray(embeddings).any(axis=1)))
+                state.zero_vectors += zero
+                for store, writer in zip(self._stores, writers, strict=True):
+                    await writer.upsert(batch, embeddings=embeddings if store is self._vector_store else None)
+                written += len(batch)
+                if language is not None:
+                    state.languages[language] = state.languages.get(language, 0) + len(batch)
+            if stream.content_hash != content_hash:
+                raise IngestionError(f"{uri}: changed while it was being indexed; its stored chunks are kept")
+        if not written:
+            state.skipped.append(SkippedFile(printable_path(source.path), _EMPTIED))
+            return
+        state.chunks_written += written
+        state.files_indexed += 1
+
+    async def _stream_unchanged(self, source: Source, content_hash: str, language: str | None) -> bool:
+        """Whether every store holds exactly the file's chunks, compared batch by batch (stops at the first
+        difference: a new file costs one batch of chunking)."""
+        stream = self._stream_chunks(source, content_hash, language)
+        count = 0
+        while batch := await anyio.to_thread.run_sync(_take, stream, _ID_BATCH):
+            count += len(batch)
+            for store in self._stores:
+                stored = {doc.id: doc for doc in await store.get(ids=[doc.id for doc in batch])}  # type: ignore[union-attr]
+                if not all(_same_chunk(stored.get(doc.id), doc) for doc in batch):
+                    return False
+        if not count or stream.content_hash != content_hash:
+            return False
+        sentinel = f"{source.source_uri}#{count}"
+        for store in self._stores:
+            if await store.get(ids=[sentinel]):  # type: ignore[union-attr]
+                return False  # the stored version had more chunks
+        return True
+
+    def _scan_text(self, source: Source) -> tuple[str, str | None]:
+        """The SHA-256 of a plain-text file and its language, read block by block (runs in a thread)."""
+        stream = self._stream_chunks(source, "", None, cut=False)
+        for _ in stream:
+            pass
+        language = self._language
+        if self._detector is not None:
+            language = self._detector.detect(stream.detection_text()[:_DETECT_CHARS])
+        return stream.content_hash, language
+
+    def _stream_chunks(self, source: Source, content_hash: str, language: str | None, *, cut: bool = True) -> _TextStream:
+        return _TextStream(self, source, content_hash, language, cut=cut)
 
     def _read_and_chunk(self, source: Source) -> tuple[str, list[Document], list[str], list[ParsedDocument]]:
         """Read, hash, parse and chunk one file (runs in a worker thread).
@@ -684,7 +774,11 @@ class IngestionPipeline:
         self, parsed: ParsedDocument, chunks: Iterable[Chunk], content_hash: str, language: str | None
     ) -> list[Document]:
         """The stored form of ``parsed``'s chunks (a parsed document without sections has no pages)."""
-        documents: list[Document] = []
+        return list(self._iter_documents(parsed, chunks, content_hash, language))
+
+    def _iter_documents(
+        self, parsed: ParsedDocument, chunks: Iterable[Chunk], content_hash: str, language: str | None
+    ) -> Iterator[Document]:
         for index, chunk in enumerate(chunks):
             metadata = {
                 SOURCE_URI: parsed.source_uri,
@@ -703,8 +797,7 @@ class IngestionPipeline:
                 metadata[PAGE] = page
             if language is not None:
                 metadata[LANGUAGE] = language
-            documents.append(Document(id=f"{parsed.source_uri}#{index}", content=chunk.text, metadata=metadata))
-        return documents
+            yield Document(id=f"{parsed.source_uri}#{index}", content=chunk.text, metadata=metadata)
 
     async def _compare(
         self, documents: list[Document], sentinels: list[str], *, scope: Filter, stale: Filter
@@ -935,3 +1028,65 @@ def _under_roots(uri: str, state: _Run) -> bool:
     if any(absolute.startswith(prefix) for prefix in state.root_prefixes):
         return True
     return any(absolute == root or absolute.startswith(root + "#") for root in state.root_uris)
+
+
+class _TextStream:
+    """The chunk documents of a plain-text file read block by block, as :meth:`IngestionPipeline._stream_text`
+    cuts them; ``content_hash`` is the hash of the bytes read, complete once the iteration ends."""
+
+    def __init__(self, pipeline: IngestionPipeline, source: Source, content_hash: str, language: str | None,
+                 *, cut: bool) -> None:
+        self._hasher = hashlib.sha256()
+        self._head: list[str] = []
+        self._wanted = _DETECT_CHARS
+        self._title = PurePath(source.source_uri).stem
+        uri = source.source_uri
+        parsed = ParsedDocument(source_uri=uri, title=self._title, sections=())
+
+        def hashed() -> Iterator[bytes]:
+            for block in read_blocks(source, max_file_bytes=pipeline._max_file_bytes):
+                self._hasher.update(block)
+                yield block
+
+        def body() -> Iterator[str]:  # the text without its leading whitespace, as parse_text strips it
+            started = False
+            for piece in iter_text(hashed(), source=uri):
+                if not started:
+                    piece = piece.lstrip()
+                    if not piece:
+                        continue
+                    started = True
+                if self._wanted > 0:
+                    self._head.append(piece[: self._wanted])
+                    self._wanted -= len(self._head[-1])
+                yield piece
+
+        if cut:
+            chunks = pipeline._chunker.chunk_stream(body())
+            self._documents: Iterator[Document] = pipeline._iter_documents(parsed, chunks, content_hash, language)
+        else:
+            self._documents = (None for _ in body())  # type: ignore[misc]
+
+    @property
+    def content_hash(self) -> str:
+        return self._hasher.hexdigest()
+
+    def detection_text(self) -> str:
+        start = "".join(self._head).rstrip() if self._wanted > 0 else "".join(self._head)
+        return f"{self._title}\n{start}" if start else self._title
+
+    def __iter__(self) -> Iterator[Document]:
+        return self._documents
+
+    def __next__(self) -> Document:
+        return next(self._documents)
+
+
+def _take(stream: _TextStream, count: int) -> list[Document]:
+    """Up to ``count`` more documents of ``stream`` (runs in a worker thread)."""
+    out: list[Document] = []
+    for document in stream._documents:
+        out.append(document)
+        if len(out) >= count:
+            break
+    return out

@@ -79,7 +79,8 @@ import time
 import uuid
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -142,7 +143,7 @@ from fastrag.vector_store.sqlite.snapshot import EMPTY, Arena, Snapshot
 if TYPE_CHECKING:
     from fastrag.vector_store.sqlite.ann.keeper import IndexKeeper
 
-__all__ = ["SQLiteStoreStatus", "SQLiteVectorStore"]
+__all__ = ["SQLiteReplaceWriter", "SQLiteStoreStatus", "SQLiteVectorStore"]
 
 logger = logging.getLogger("fastrag.vector_store")
 
@@ -671,18 +672,22 @@ class SQLiteVectorStore(AsyncResource):
             with self._lock:
                 if self.closed:
                     raise BackendUnavailableError("store is closed", store=self.path)
-                try:
-                    return fn(*args)
-                except sqlite3.Error as exc:
-                    if cancellation.is_interrupt(exc):
-                        cancellation.raise_if_cancelled()  # the caller was cancelled: raise that, not an error
-                    raise self._error(exc) from exc
-                except FastragError:
-                    raise
-                except _CORRUPT_DATA as exc:
-                    raise BackendError(_corrupt(exc), store=self.path) from exc
+                return self._mapped(fn, *args)
 
         return await anyio.to_thread.run_sync(call, limiter=self._limiters()[1])
+
+    def _mapped(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` with SQLite's errors (and damaged data) raised as ours."""
+        try:
+            return fn(*args)
+        except sqlite3.Error as exc:
+            if cancellation.is_interrupt(exc):
+                cancellation.raise_if_cancelled()  # the caller was cancelled: raise that, not an error
+            raise self._error(exc) from exc
+        except FastragError:
+            raise
+        except _CORRUPT_DATA as exc:
+            raise BackendError(_corrupt(exc), store=self.path) from exc
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(conn, snapshot, *args)`` in one worker thread, inside one read transaction.
@@ -861,9 +866,18 @@ class SQLiteVectorStore(AsyncResource):
         again by the next write.
         """
         self._refuse_writes("upsert")
+        prepared = await self._prepare(documents, embeddings)
+        if prepared is not None:
+            await self._run(self._upsert_sync, *prepared)
+
+    async def _prepare(
+        self, documents: Sequence[Document], embeddings: np.ndarray | None
+    ) -> tuple[list[tuple[str, str, str]], list[Counter[str]], np.ndarray | None, set[str]] | None:
+        """The rows, BM25 term counts, normalised vectors and languages of an upsert (checked, as
+        :meth:`upsert` documents); ``None`` for no documents."""
         docs = list(documents)
         if not docs:
-            return
+            return None
         check_unique_ids(docs)
         matrix = self._embedding_matrix(embeddings, len(docs))
         try:
@@ -883,7 +897,7 @@ class SQLiteVectorStore(AsyncResource):
 
         counts = await anyio.to_thread.run_sync(analyse)
         languages = {self._language_key(d.metadata.get("language")) for d in docs}
-        await self._run(self._upsert_sync, rows, counts, matrix, languages)
+        return rows, counts, matrix, languages
 
     def _index_terms(self, doc: Document) -> list[str]:
         """BM25 terms of a document: its title, its section headings (below the title) and its content."""
@@ -915,37 +929,7 @@ class SQLiteVectorStore(AsyncResource):
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if languages:
-                known = set(self._stored_languages(conn))
-                if not languages <= known:
-                    conn.execute("INSERT OR REPLACE INTO meta VALUES ('languages', ?)",
-                                 (json.dumps(sorted(known | languages)),))
-            if matrix is not None:
-                stored = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
-                check_dimension(matrix.shape[1], int(stored[0]) if stored else None, store=self.path, what="embeddings have")
-                if stored is None:
-                    conn.execute("INSERT INTO meta VALUES ('dimension', ?)", (str(matrix.shape[1]),))
-            old = rowids_of(conn, [r[0] for r in rows])
-            if old:
-                delete_rows(conn, sorted(old.values()))
-            first = meta_int(conn, "next_rowid")
-            rowids = list(range(first, first + len(rows)))
-            if rowids[-1] > MAX_ROWID:
-                raise BackendError(f"the store has used all {MAX_ROWID} row ids; copy it into a new store", store=self.path)
-            conn.executemany(
-                "INSERT INTO documents (rowid, id, content, metadata) VALUES (?, ?, ?, ?)",
-                [(r, *row) for r, row in zip(rowids, rows, strict=True)],
-            )
-            lengths = np.array([c.total() for c in counts], dtype=np.int64)
-            has_vector = np.full(len(rows), matrix is not None)  # a zero vector is stored (it scores 0)
-            conn.execute(
-                "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
-                snapshot.encode_block(np.array(rowids), lengths, matrix, has_vector),
-            )
-            lexical.write_segment(conn, rowids, counts)
-            set_meta(conn, "next_rowid", rowids[-1] + 1)
-            record_allocation(conn, rowids[-1] + 1)  # names this history for the ANN index file
-            conn.execute(BUMP_SQL)
+            self._insert_rows(rows, counts, matrix, languages)
             conn.execute("COMMIT")
         except BaseException as exc:
             rollback(conn, exc)  # SQLite may have rolled back already (disk full): keep its error
@@ -953,6 +937,44 @@ class SQLiteVectorStore(AsyncResource):
         if matrix is not None and self.dimension is None:
             self.dimension = int(matrix.shape[1])
         self._maintain()
+
+    def _insert_rows(
+        self, rows: list[tuple[str, str, str]], counts: list[Counter[str]], matrix: np.ndarray | None,
+        languages: set[str] | None = None,
+    ) -> None:
+        """Insert or replace ``rows`` inside the writer connection's open transaction."""
+        conn = self._conn
+        if languages:
+            known = set(self._stored_languages(conn))
+            if not languages <= known:
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('languages', ?)",
+                             (json.dumps(sorted(known | languages)),))
+        if matrix is not None:
+            stored = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+            check_dimension(matrix.shape[1], int(stored[0]) if stored else None, store=self.path, what="embeddings have")
+            if stored is None:
+                conn.execute("INSERT INTO meta VALUES ('dimension', ?)", (str(matrix.shape[1]),))
+        old = rowids_of(conn, [r[0] for r in rows])
+        if old:
+            delete_rows(conn, sorted(old.values()))
+        first = meta_int(conn, "next_rowid")
+        rowids = list(range(first, first + len(rows)))
+        if rowids[-1] > MAX_ROWID:
+            raise BackendError(f"the store has used all {MAX_ROWID} row ids; copy it into a new store", store=self.path)
+        conn.executemany(
+            "INSERT INTO documents (rowid, id, content, metadata) VALUES (?, ?, ?, ?)",
+            [(r, *row) for r, row in zip(rowids, rows, strict=True)],
+        )
+        lengths = np.array([c.total() for c in counts], dtype=np.int64)
+        has_vector = np.full(len(rows), matrix is not None)  # a zero vector is stored (it scores 0)
+        conn.execute(
+            "INSERT INTO blocks (rows, lengths, vectors, has_vector) VALUES (?, ?, ?, ?)",
+            snapshot.encode_block(np.array(rowids), lengths, matrix, has_vector),
+        )
+        lexical.write_segment(conn, rowids, counts)
+        set_meta(conn, "next_rowid", rowids[-1] + 1)
+        record_allocation(conn, rowids[-1] + 1)  # names this history for the ANN index file
+        conn.execute(BUMP_SQL)
 
     def _maintain(self) -> None:
         """After a committed write: the BM25 merges and the compaction that are due
@@ -1000,29 +1022,120 @@ class SQLiteVectorStore(AsyncResource):
         self._refuse_writes("clear")
         return await self._run(self._delete_sync, None, None, True)
 
+    @contextlib.asynccontextmanager
+    async def atomic_replace(self, *, delete: FilterLike) -> AsyncIterator[SQLiteReplaceWriter]:
+        """Replace the documents matching ``delete`` by those upserted through the writer, in one
+        transaction however many batches it takes (:class:`~fastrag.protocols.SupportsAtomicReplace`).
+
+        ::
+
+            async with store.atomic_replace(delete=field("source_uri") == "big.txt") as writer:
+                for documents, embeddings in batches:
+                    await writer.upsert(documents, embeddings=embeddings)
+
+        The documents matching ``delete`` when the write opens are deleted first; the writer's batches are
+        then written (each as :meth:`upsert` writes, replacing by id). It commits when the block ends
+        without an error; an error or a cancellation in the block rolls it all back. Readers of a file
+        store see the old documents until the commit, then the new ones, never a part; the BM25 merges run
+        after the commit, as after :meth:`upsert`. The write holds the store's writer connection (and the
+        file's write lock) from opening to the end of the block: other writes wait for it (another process
+        past its busy timeout gets a :class:`~fastrag.errors.TransientBackendError`), and so do the reads
+        of a ``":memory:"`` store, whose one connection it is.
+
+        Raises:
+            FilterError: ``delete`` is malformed.
+            ReadOnlyStoreError: the store is opened read-only (:attr:`read_only`).
+            BackendError: SQLite failed; nothing of the write is stored. The writer's ``upsert`` raises
+                as :meth:`upsert` does.
+        """
+        self._refuse_writes("atomic_replace")
+        node = parse_filter(delete)
+        self._refuse_if_closed()
+        if node is None:
+            raise InvalidParameterError("atomic_replace needs a filter of the documents it replaces")
+        # one writer-limiter token for the whole write: other writers park at most one thread on the lock,
+        # so the write's own steps (run without the limiter) always find a thread
+        limiter = self._limiters()[1]
+        await limiter.acquire()
+        try:
+
+            def begin() -> None:
+                self._lock.acquire()
+                try:
+                    if self._closed:
+                        raise BackendUnavailableError("store is closed", store=self.path)
+                    try:
+                        self._conn.execute("BEGIN IMMEDIATE")
+                        self._delete_rows(None, node, False)
+                    except BaseException as exc:
+                        rollback(self._conn, exc)
+                        raise
+                except BaseException:
+                    self._lock.release()
+                    raise
+
+            await anyio.to_thread.run_sync(partial(self._mapped, begin))
+            writer = SQLiteReplaceWriter(self)
+
+            def end(commit: bool) -> None:
+                try:
+                    if commit:
+                        try:
+                            self._mapped(self._conn.execute, "COMMIT")
+                        except BaseException as exc:
+                            rollback(self._conn, exc)
+                            raise
+                        if writer.dimension is not None and self.dimension is None:
+                            self.dimension = writer.dimension
+                        self._maintain()
+                    elif self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                finally:
+                    self._lock.release()
+
+            try:
+                yield writer
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(end, False)
+                raise
+            finally:
+                writer.closed = True
+            with anyio.CancelScope(shield=True):  # a commit under way finishes; the lock is always released
+                await anyio.to_thread.run_sync(end, True)
+        finally:
+            limiter.release()
+
     def _delete_sync(self, ids: list[str] | None, node: Filter | None, everything: bool) -> int:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            generation = meta_int(conn, "generation")
-            if everything:
-                rowids = [r[0] for r in conn.execute("SELECT rowid FROM documents")]
-            else:
-                if ids is not None:
-                    rowids = sorted(rowids_of(conn, ids).values()) if ids else []
-                if node is not None:
-                    snap = self._snapshot_for(conn, generation)
-                    chosen = np.flatnonzero(self._mask(conn, snap, node))
-                    rowids = chosen.tolist() if ids is None else np.intersect1d(chosen, rowids).tolist()
-            if rowids:
-                delete_rows(conn, rowids)  # the trigger tombstones them
-                conn.execute(BUMP_SQL)
+            removed = self._delete_rows(ids, node, everything)
             conn.execute("COMMIT")
         except BaseException as exc:
             rollback(conn, exc)
             raise
-        if rowids:
+        if removed:
             self._maintain()
+        return removed
+
+    def _delete_rows(self, ids: list[str] | None, node: Filter | None, everything: bool) -> int:
+        """Delete inside the writer connection's open transaction, before it wrote anything: the filter is
+        evaluated on the cached view of the committed state, which an uncommitted write must never enter."""
+        conn = self._conn
+        generation = meta_int(conn, "generation")
+        if everything:
+            rowids = [r[0] for r in conn.execute("SELECT rowid FROM documents")]
+        else:
+            if ids is not None:
+                rowids = sorted(rowids_of(conn, ids).values()) if ids else []
+            if node is not None:
+                snap = self._snapshot_for(conn, generation)
+                chosen = np.flatnonzero(self._mask(conn, snap, node))
+                rowids = chosen.tolist() if ids is None else np.intersect1d(chosen, rowids).tolist()
+        if rowids:
+            delete_rows(conn, rowids)  # the trigger tombstones them
+            conn.execute(BUMP_SQL)
         return len(rowids)
 
     # ------------------------------------------------------------------ reads
@@ -1337,3 +1450,35 @@ class SQLiteVectorStore(AsyncResource):
                 metadata.update(hit.metadata)
                 out.append(owned_document(hit.id, row[0], metadata))
         return out
+
+
+class SQLiteReplaceWriter:
+    """The writing end of :meth:`SQLiteVectorStore.atomic_replace` (a :class:`~fastrag.protocols.BatchWriter`)."""
+
+    def __init__(self, store: SQLiteVectorStore) -> None:
+        self._store = store
+        self.dimension: int | None = None  # the width the write fixes, adopted by the store at the commit
+        self.closed = False
+        self._turn = anyio.Lock()  # one batch at a time on the store's one writer connection
+
+    async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
+        """Add ``documents`` to the open write (replacing by id), checked as
+        :meth:`SQLiteVectorStore.upsert` checks them; readers see them once the write commits.
+
+        Raises:
+            InvalidParameterError: the write has ended, or as :meth:`SQLiteVectorStore.upsert`.
+            DimensionMismatchError, BackendError: as :meth:`SQLiteVectorStore.upsert`; the write then rolls
+                back when the error leaves its block.
+        """
+        if self.closed:
+            raise InvalidParameterError("this atomic_replace has ended; open another to write")
+        store = self._store
+        prepared = await store._prepare(documents, embeddings)
+        if prepared is None:
+            return
+        async with self._turn:
+            if self.closed:
+                raise InvalidParameterError("this atomic_replace has ended; open another to write")
+            await anyio.to_thread.run_sync(partial(store._mapped, store._insert_rows, *prepared))
+        if prepared[2] is not None:
+            self.dimension = int(prepared[2].shape[1])
