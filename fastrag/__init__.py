@@ -42,6 +42,7 @@ from fastrag.models import Document
 if TYPE_CHECKING:  # pragma: no cover
     from fastrag.filters import field, matches, parse_filter
     from fastrag.knowledge_base import KnowledgeBase, SearchSettings
+    from fastrag.lifecycle import AsyncResource
     from fastrag.retrieval import (
         BM25Retriever,
         HybridRetriever,
@@ -61,6 +62,7 @@ logging.getLogger("fastrag").addHandler(logging.NullHandler())
 # Names that load their module on first use (PEP 562), so that `import fastrag` (and the `fastrag` command,
 # which imports only what its subcommand needs) does not pay for numpy, the stores and the retrievers upfront.
 _LAZY: dict[str, str] = {
+    "AsyncResource": "fastrag.lifecycle",
     "BM25Retriever": "fastrag.retrieval",
     "HybridRetriever": "fastrag.retrieval",
     "KnowledgeBase": "fastrag.knowledge_base",
@@ -80,6 +82,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
+    "AsyncResource",
     "BM25Retriever",
     "BackendError",
     "BackendUnavailableError",

@@ -531,7 +531,13 @@ class ReturnsResult(Protocol, metaclass=_Declared):
 
 @runtime_checkable
 class AsyncCloseable(Protocol, metaclass=_Declared):
-    """An object holding resources (a connection, a model, a client) released by ``aclose()``."""
+    """An object holding resources (a connection, a model, a client) released by ``aclose()``.
+
+    fastrag's own stores, embedders, rerankers and clients implement it through one base class,
+    :class:`~fastrag.lifecycle.AsyncResource` (``from fastrag import AsyncResource``): an async context
+    manager whose ``aclose()`` releases once, and closes only the clients it created. A class of yours may
+    inherit from it, or just define ``aclose()``.
+    """
 
     async def aclose(self) -> None:
         """Release the resources; idempotent."""

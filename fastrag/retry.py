@@ -47,6 +47,7 @@ import anyio
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_any
 
 from fastrag.errors import InvalidParameterError, TransientBackendError
+from fastrag.lifecycle import AsyncResource
 
 __all__ = ["IDEMPOTENT_READS", "RetryPolicy", "RetryingStore", "retry_after_seconds"]
 
@@ -162,7 +163,7 @@ class RetryPolicy:
         return await retrying(fn, *args, **kwargs)
 
 
-class RetryingStore:
+class RetryingStore(AsyncResource):
     """Wraps a store so that its idempotent calls are retried under a :class:`RetryPolicy`.
 
     ``search_vector``, ``search_text``, ``search_text_scoped``, ``count`` and ``get`` are retried; ``upsert`` only when the store
@@ -193,14 +194,8 @@ class RetryingStore:
         call.__name__ = call.__qualname__ = f"{type(self.store).__name__}.{name}"
         return call
 
-    async def __aenter__(self) -> RetryingStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the wrapped store (idempotent when its ``aclose`` is)."""
+    async def _aclose(self) -> None:
+        """Close the wrapped store (``aclose()``; :attr:`closed` is the wrapper's own)."""
         close = getattr(self.store, "aclose", None)
         if close is not None:
             await close()

@@ -63,6 +63,7 @@ from urllib.parse import quote, unquote
 from fastrag.errors import InvalidParameterError
 from fastrag.filters import Comparison, Filter, FilterLike, combine_filters, matches
 from fastrag.filters import field as filter_field
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import RESERVED_KEYS, Document
 from fastrag.protocols import (
     LexicalStore,
@@ -462,7 +463,7 @@ def check_statistics(statistics: Any) -> str:
 _VARIANTS: dict[tuple[type, bool, bool, bool], type] = {}
 
 
-class ScopedStore:
+class ScopedStore(AsyncResource):
     """``store`` seen through ``scope``: the one scoped view (see the module docstring).
 
     It has the methods of :class:`~fastrag.protocols.VectorStore` (``upsert``, ``search_vector``,
@@ -669,16 +670,8 @@ class ScopedStore:
         """The store's ``embedding_model`` (``AttributeError`` when it has none)."""
         return self.store.embedding_model
 
-    # ---------------------------------------------------------------------------------- lifecycle
-
-    async def __aenter__(self) -> ScopedStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Nothing to release: the shared store stays open for the other scopes. Idempotent."""
+    # lifecycle (AsyncResource): nothing to release, the shared store stays open for the other scopes, and a
+    # closed view still answers (it refuses nothing)
 
     def __repr__(self) -> str:
         return f"ScopedStore({self.store!r}, scope={dict(self.scope)!r})"

@@ -28,6 +28,7 @@ from fastrag.filters import (
     matches,
     parse_filter,
 )
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import (
     TITLE,
     Document,
@@ -76,7 +77,7 @@ _T = TypeVar("_T")
 _CONFIG_KEYS = ("store", "lexical_store", "embedder", "sources", "fields", "require_scope")
 
 
-class KnowledgeBase:
+class KnowledgeBase(AsyncResource):
     """Documents in a vector store (and optionally a separate BM25 store), searched with resolved settings.
 
     An async context manager: ``async with`` opens what the knowledge base creates (stores named by URL, an
@@ -199,7 +200,6 @@ class KnowledgeBase:
         self._rerankers: dict[str, Any] = {}
         self._stack: AsyncExitStack | None = None
         self._lock = anyio.Lock()
-        self._closed = False
 
     # ----------------------------------------------------------------------------------- creation
 
@@ -277,7 +277,7 @@ class KnowledgeBase:
             BackendUnavailableError: a store cannot be opened.
         """
         async with self._lock:
-            if self._closed:
+            if self.closed:
                 raise ConfigurationError("this knowledge base is closed")
             if self._stack is not None:
                 return self
@@ -317,19 +317,18 @@ class KnowledgeBase:
             self._stack, self._store, self._lexical, self._embedder = stack, store, lexical, embedder
             return self
 
-    async def aclose(self) -> None:
-        """Close what this knowledge base created (stores, embedder, rerankers); idempotent."""
+    _close_if_enter_fails = False  # a failed open() closes what it opened and may be tried again
+
+    async def _aopen(self) -> None:
+        await self.open()
+
+    async def _aclose(self) -> None:
+        """Close what this knowledge base created (stores, embedder, rerankers), once an open() in flight ends;
+        an injected store or embedder stays open."""
         async with self._lock:
-            self._closed = True
             stack, self._stack = self._stack, None
             if stack is not None:
                 await stack.aclose()
-
-    async def __aenter__(self) -> KnowledgeBase:
-        return await self.open()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def _opened(self) -> None:
         if self._stack is None:

@@ -24,6 +24,7 @@ from fastrag.errors import (
     SectionNotFoundError,
     TransientBackendError,
 )
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.sections.document import ParentDocument, SourceSection, normalise
 from fastrag.sections.provenance import describe, locate, parts_to_resolve
@@ -50,7 +51,7 @@ CREATE INDEX IF NOT EXISTS fastrag_sections_source_uri ON fastrag_sections (sour
 T = TypeVar("T")
 
 
-class SectionIndex:
+class SectionIndex(AsyncResource):
     """Keeps normalised parent documents and resolves retrieved chunks to the sections they came from.
 
     Documents live in one SQLite table (``fastrag_sections``, one row per parent document), in memory or
@@ -90,7 +91,6 @@ class SectionIndex:
             )
         self.path = raw
         self._lock = threading.Lock()
-        self._closed = False
         self._conn = self._open(self.path)
 
     def __repr__(self) -> str:
@@ -128,26 +128,18 @@ class SectionIndex:
             raise
         return conn
 
-    async def __aenter__(self) -> SectionIndex:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the database. Idempotent."""
+    async def _aclose(self) -> None:
+        """Close the database (a call in flight finishes first)."""
         await anyio.to_thread.run_sync(self._close_sync)
 
     def _close_sync(self) -> None:
         with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._conn.close()
+            self._conn.close()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         def call() -> T:
             with self._lock:
-                if self._closed:
+                if self.closed:
                     raise BackendUnavailableError("section index is closed", store=self.path)
                 try:
                     return fn(*args)

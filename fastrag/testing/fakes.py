@@ -16,13 +16,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
 from fastrag.errors import DimensionMismatchError, InvalidParameterError
 from fastrag.filters import FilterLike, combine_filters, matches, parse_filter
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.vector_store._ranking import best_first
 
@@ -40,7 +40,7 @@ def _check_k(k: int) -> None:
         raise InvalidParameterError(f"k must be a positive integer, got {k!r}")
 
 
-class InMemoryStore:
+class InMemoryStore(AsyncResource):
     """A dict-backed store implementing ``VectorStore``, ``LexicalStore``, ``SupportsGet`` and
     ``SupportsScopedStatistics``.
 
@@ -60,24 +60,13 @@ class InMemoryStore:
             raise InvalidParameterError(f"dimension must be a positive integer, got {dimension!r}")
         self._dimension = dimension
         self._items: dict[str, tuple[Document, np.ndarray | None]] = {}
-        self.closed = False
 
     @property
     def dimension(self) -> int | None:
         """The vector width, or ``None`` before the first write with embeddings."""
         return self._dimension
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Mark the store closed (idempotent); the data stays readable."""
-        self.closed = True
+    # lifecycle (AsyncResource): aclose() only sets `closed`; the data stays readable
 
     async def upsert(self, documents: Sequence[Document], *, embeddings: np.ndarray | None = None) -> None:
         """Insert or replace ``documents`` by id, all or nothing.
@@ -210,7 +199,7 @@ class InMemoryStore:
         return [self._items[i][0] for i in candidates if matches(node, self._items[i][0].metadata)]
 
 
-class HashingEmbedder:
+class HashingEmbedder(AsyncResource):
     """A deterministic bag-of-words embedder for tests: no model, no download, stable across runs.
 
     Each lower-cased ``\\w+`` token is hashed (BLAKE2b) to one of ``dimension`` buckets with a sign; a
@@ -237,17 +226,6 @@ class HashingEmbedder:
         """``"hashing-<dimension>"``."""
         return f"hashing-{self._dimension}"
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Nothing to release; idempotent."""
-
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """``(len(texts), dimension)`` float32, L2-normalised rows (all zero for a text with no token).
 
@@ -269,7 +247,7 @@ class HashingEmbedder:
         return (await self.embed_documents([text]))[0]
 
 
-class PrecomputedEmbedder:
+class PrecomputedEmbedder(AsyncResource):
     """An embedder answering from vectors computed beforehand, so a benchmark or test times retrieval and
     not the model, and every system compared sees exactly the same vectors.
 
@@ -335,14 +313,7 @@ class PrecomputedEmbedder:
         self.misses += 1
         return np.asarray(await self.fallback.embed_query(text), dtype=np.float32)
 
-    async def aclose(self) -> None:
-        """Nothing to release (a fallback stays the caller's)."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+    # lifecycle (AsyncResource): nothing to release (a fallback stays the caller's)
 
 
 class RecordingSleep:

@@ -20,6 +20,7 @@ import numpy as np
 
 from fastrag.errors import BackendUnavailableError
 from fastrag.filters import FilterLike
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 
 __all__ = ["FaultyStore"]
@@ -31,7 +32,7 @@ def _unavailable() -> Exception:
     return BackendUnavailableError("injected fault: connection refused", store="faulty://store")
 
 
-class FaultyStore:
+class FaultyStore(AsyncResource):
     """Wraps a store (``VectorStore``, ``LexicalStore``, ``SupportsGet``) and injects faults into its calls.
 
     Args:
@@ -96,13 +97,7 @@ class FaultyStore:
         await self._fault("delete", ids=ids, filter=filter)
         return await self.store.delete(ids=ids, filter=filter)
 
-    async def __aenter__(self) -> FaultyStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
+    async def _aclose(self) -> None:
         """Close the wrapped store."""
         await self.store.aclose()
 

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 
 from fastrag.errors import DimensionMismatchError, FilterError, InvalidParameterError, UnsupportedFilterError
 from fastrag.filters import dump_filter, matches, parse_filter
+from fastrag.lifecycle import AsyncResource
 from fastrag.models import Document
 from fastrag.testing.filter_cases import FILTER_CASES, FILTER_CORPUS, FilterCase, filter_strategy
 
@@ -385,8 +386,9 @@ class StoreContract:
                 assert [d.id for d in result.documents] == [d.id for d in pages[1]], retriever
 
 
-class FixedQueryEmbedder:
-    """An embedder whose every query embeds to one fixed vector (for retrieval over a store's own vectors)."""
+class FixedQueryEmbedder(AsyncResource):
+    """An embedder whose every query embeds to one fixed vector (for retrieval over a store's own vectors);
+    nothing to release (:class:`~fastrag.lifecycle.AsyncResource`)."""
 
     def __init__(self, vector: np.ndarray) -> None:
         self._vector = np.asarray(vector, dtype=np.float32)
