@@ -184,7 +184,7 @@ class TermList(NamedTuple):
     weights: np.ndarray
     term: str = ""
     block_max: np.ndarray | None = None
-    """The largest of ``weights`` in each block of :data:`~fastrag.vector_store.sqlite.native.BLOCK`
+    """The largest of ``weights`` in each block of ``native.BLOCK``
     postings (float32), for the native core's block-max bounds; ``None``: the core computes them."""
 
 
@@ -199,7 +199,7 @@ def bm25_top(
     query_weights: Sequence[float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Candidates holding the ``k`` best BM25 documents: :func:`bm25_top_reference`'s contract, computed by
-    the native core (:mod:`fastrag.vector_store.sqlite.native`: block-max MaxScore into a top-k heap, the
+    the native core (``fastrag.vector_store.sqlite.native``: block-max MaxScore into a top-k heap, the
     GIL released while it scores) when it is built, by :func:`bm25_top_reference` otherwise.
 
     The native core returns exactly the documents scoring at least the ``k``-th best score (ties at the
