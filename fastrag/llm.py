@@ -162,8 +162,8 @@ class OpenAICompatibleLLM(AsyncResource):
         retry: the :class:`~fastrag.retry.RetryPolicy` for transient failures (default ``RetryPolicy()``:
             3 attempts); ``RetryPolicy(max_attempts=1)`` never retries.
         http_client: an ``httpx.AsyncClient`` to send requests with (proxies, TLS, connection limits). It
-            stays the caller's: :meth:`aclose` does not close it. Without one, the client creates its own
-            and closes it in :meth:`aclose`. Redirects are not followed even when it would follow them.
+            stays the caller's: ``aclose()`` does not close it. Without one, the client creates its own
+            and closes it in ``aclose()``. Redirects are not followed even when it would follow them.
         headers: extra HTTP headers for every request (an organisation or project header, a gateway key).
             Names are RFC 9110 tokens, case-insensitive, each at most once; values are printable ASCII
             (spaces and tabs inside), without line breaks or surrounding whitespace (HTTP forbids control

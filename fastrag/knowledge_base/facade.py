@@ -81,7 +81,7 @@ class KnowledgeBase(AsyncResource):
 
     An async context manager: ``async with`` opens what the knowledge base creates (stores named by URL, an
     embedder named by model) and closes it on exit; objects passed in are used, never closed. A method
-    called before ``async with`` opens the knowledge base then (call :meth:`aclose` yourself).
+    called before ``async with`` opens the knowledge base then (call ``aclose()`` yourself).
 
     Args:
         store: a store URL (see :mod:`fastrag.config`: ``sqlite:///kb.db``, ``qdrant+memory:///kb``, ...)

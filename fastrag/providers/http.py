@@ -144,7 +144,7 @@ HTTPX_ERRORS = (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError)
 
 class HeldHTTPClient(AsyncResource):
     """The ``httpx.AsyncClient`` a provider client sends with: an injected one stays the caller's (never closed
-    here); without one, its own, closed by :meth:`aclose` (:class:`~fastrag.lifecycle.AsyncResource`). The
+    here); without one, its own, closed by ``aclose()`` (``fastrag.lifecycle.AsyncResource``). The
     base of both provider clients.
 
     Args:

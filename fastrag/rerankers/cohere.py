@@ -62,8 +62,8 @@ class CohereReranker(AsyncResource):
             point it at a proxy, a private deployment or a test server. Requests go to
             ``{base_url}/v2/rerank``.
         httpx_client: an ``httpx.AsyncClient`` to send requests with (proxies, TLS, connection limits). It
-            stays the caller's: :meth:`aclose` does not close it. Without one, the reranker creates its
-            own and closes it in :meth:`aclose`.
+            stays the caller's: ``aclose()`` does not close it. Without one, the reranker creates its
+            own and closes it in ``aclose()``.
         timeout: seconds one request may take (connect, send and read); past it the request fails with
             :class:`~fastrag.errors.RetrievalTimeoutError` (retried under ``retry``).
         max_documents_per_request: the most documents in one request (Cohere's limit: 1,000).

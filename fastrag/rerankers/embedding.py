@@ -28,7 +28,7 @@ class EmbedderReranker(AsyncResource):
     token (a zero vector) scores 0. Ties keep the candidates' order.
 
     Args:
-        embedder: any :class:`~fastrag.protocols.Embedder`. It stays the caller's: :meth:`aclose` does not
+        embedder: any :class:`~fastrag.protocols.Embedder`. It stays the caller's: ``aclose()`` does not
             close it.
         include_title: prepend ``metadata["title"]`` to the text embedded (as ``fastrag eval`` indexes BEIR).
 

@@ -89,7 +89,7 @@ def first_error(group: BaseExceptionGroup) -> BaseException:
 class RemoteEmbedder(AsyncResource):
     """Base of the HTTP embedders: subclasses set ``self._where`` (the endpoint, for messages), the
     attributes below through :meth:`_setup`, record the provider client they create with ``_own`` (so
-    :meth:`aclose` closes it, and it closes its HTTP client only when it created that too), and implement
+    ``aclose()`` closes it, and it closes its HTTP client only when it created that too), and implement
     :meth:`_request` and ``name``."""
 
     _where: str

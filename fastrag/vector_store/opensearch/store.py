@@ -89,7 +89,7 @@ class OpenSearchVectorStore(AsyncResource):
             ``_meta`` on first use, and opening the index with a different name raises, so vectors of two
             models are never mixed. Read back into :attr:`embedding_model` when the store opens.
         client: an ``opensearchpy.AsyncOpenSearch`` to use instead of creating one. It is never closed by
-            the store; a client the store creates is closed by :meth:`aclose`.
+            the store; a client the store creates is closed by ``aclose()``.
         timeout: seconds each HTTP request may take.
         http_auth: ``(user, password)`` for HTTP basic auth.
         verify_certs: verify the server's TLS certificate (https only).

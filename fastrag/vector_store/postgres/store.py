@@ -116,7 +116,7 @@ class PgVectorStore(AsyncResource):
 
     Args:
         conninfo: a libpq connection string or URL (``postgresql://user@host:5432/db``); the store opens a
-            pool of connections to it (at most ``pool_size``) and closes it in :meth:`aclose`.
+            pool of connections to it (at most ``pool_size``) and closes it in ``aclose()``.
         pool: a ``psycopg_pool.AsyncConnectionPool`` to use instead; it is never opened or closed by the store.
         table: the store's name: its tables are ``table``, ``table_terms``, ``table_stats`` and ``table_meta``.
             1-48 ASCII letters, digits or ``_``.

@@ -192,7 +192,7 @@ class SQLiteVectorStore(AsyncResource):
             store built by ``fastrag eval --language ru`` opens as it was built.
         read_connections: how many read-only connections a file store may open for concurrent reads (an
             int > 0; default ``min(4, os.cpu_count())``). They are opened on demand, reused, and closed by
-            :meth:`aclose`; the store holds at most this many plus its one writer connection. Ignored for
+            ``aclose()``; the store holds at most this many plus its one writer connection. Ignored for
             ``":memory:"``, which runs everything on one connection.
         vector_index: ``"exact"`` (default): k-NN scans every vector, exact. ``"hnsw"``: approximate k-NN
             through an HNSW graph (:class:`~fastrag.vector_store.sqlite.ann.HNSWIndex`), best on real
@@ -603,7 +603,7 @@ class SQLiteVectorStore(AsyncResource):
     async def _aclose(self) -> None:
         """Close every connection of the store (``aclose()``).
 
-        New calls are refused at once (:class:`~fastrag.errors.BackendUnavailableError`; :attr:`closed` is
+        New calls are refused at once (:class:`~fastrag.errors.BackendUnavailableError`; ``closed`` is
         already true); calls already running finish first, then their connections are closed too.
         """
         await anyio.to_thread.run_sync(self._close_sync)
