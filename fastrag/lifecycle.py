@@ -85,7 +85,7 @@ class AsyncResource:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`aclose` has been called (true from the moment the first call starts)."""
+        """Whether ``aclose()`` has been called (true from the moment the first call starts)."""
         return self.__closed
 
     async def aclose(self) -> None:
@@ -139,11 +139,11 @@ class AsyncResource:
         """What entering ``async with`` opens (nothing by default; a subclass that opens lazily overrides it)."""
 
     async def _aclose(self) -> None:
-        """Release what this object holds, itself (nothing by default). Called once, by the first :meth:`aclose`;
+        """Release what this object holds, itself (nothing by default). Called once, by the first ``aclose()``;
         :attr:`closed` is already true. The clients recorded with :meth:`_own` are closed after it."""
 
     def _own(self, resource: _C) -> _C:
-        """Record ``resource``, which this object created, to be closed (its ``aclose()``) by :meth:`aclose`;
+        """Record ``resource``, which this object created, to be closed (its ``aclose()``) by ``aclose()``;
         return it. Call it only for what the object created, never for a client the caller passed in."""
         self.__owned = (*self.__owned, resource)
         return resource

@@ -534,7 +534,7 @@ class AsyncCloseable(Protocol, metaclass=_Declared):
     """An object holding resources (a connection, a model, a client) released by ``aclose()``.
 
     fastrag's own stores, embedders, rerankers and clients implement it through one base class,
-    :class:`~fastrag.lifecycle.AsyncResource` (``from fastrag import AsyncResource``): an async context
+    ``fastrag.lifecycle.AsyncResource`` (``from fastrag import AsyncResource``): an async context
     manager whose ``aclose()`` releases once, and closes only the clients it created. A class of yours may
     inherit from it, or just define ``aclose()``.
     """

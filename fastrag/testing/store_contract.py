@@ -388,7 +388,7 @@ class StoreContract:
 
 class FixedQueryEmbedder(AsyncResource):
     """An embedder whose every query embeds to one fixed vector (for retrieval over a store's own vectors);
-    nothing to release (:class:`~fastrag.lifecycle.AsyncResource`)."""
+    nothing to release (``fastrag.lifecycle.AsyncResource``)."""
 
     def __init__(self, vector: np.ndarray) -> None:
         self._vector = np.asarray(vector, dtype=np.float32)

@@ -604,7 +604,7 @@ class SQLiteVectorStore(AsyncResource):
     async def _aclose(self) -> None:
         """Close every connection of the store (``aclose()``).
 
-        New calls are refused at once (:class:`~fastrag.errors.BackendUnavailableError`; :attr:`closed` is
+        New calls are refused at once (:class:`~fastrag.errors.BackendUnavailableError`; ``closed`` is
         already true); calls already running finish first, then their connections are closed too.
         """
         await anyio.to_thread.run_sync(self._close_sync)
