@@ -1062,7 +1062,7 @@ class SQLiteVectorStore(AsyncResource):
             def begin() -> None:
                 self._lock.acquire()
                 try:
-                    if self._closed:
+                    if self.closed:
                         raise BackendUnavailableError("store is closed", store=self.path)
                     try:
                         self._conn.execute("BEGIN IMMEDIATE")
